@@ -1,0 +1,31 @@
+// Error types shared by the library and its edges (CLI, Python).
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace remat {
+
+// Bad user input. Names the field and, for arrays, the index, so that every edge can print
+// "error: memory[3]: ..." without knowing where the check happened.
+class InputError : public std::invalid_argument {
+ public:
+  InputError(std::string field, std::optional<std::size_t> index, const std::string& detail);
+  const std::string& field() const { return field_; }
+  std::optional<std::size_t> index() const { return index_; }
+
+ private:
+  std::string field_;
+  std::optional<std::size_t> index_;
+};
+
+// A solver would need more planner memory than the caller allows. Raised before the allocation,
+// never after it failed.
+class PlannerMemoryError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace remat

@@ -1,0 +1,55 @@
+// Knapsack solvers for the activation memory budget. All take a quantized problem (see
+// problem.hpp) and return a feasible plan; `exact`, `sliding_hirschberg` and `dp` are exact.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "remat/problem.hpp"
+#include "remat/result.hpp"
+
+namespace remat {
+
+enum class Solver { kExact, kSlidingHirschberg, kDp, kGreedy };
+
+std::string to_string(Solver solver);
+// Throws InputError(field "solver") on an unknown name.
+Solver parse_solver(const std::string& name);
+const std::vector<Solver>& all_solvers();
+
+struct SolveOptions {
+  Solver solver = Solver::kExact;
+  std::optional<double> time_limit_seconds;  // honoured by `exact`; others refuse up front instead
+  std::size_t max_planner_bytes = 0;         // 0 means default_max_planner_bytes()
+};
+
+// Half of physical memory, or 4 GiB where that cannot be read.
+std::size_t default_max_planner_bytes();
+
+// Working memory (bytes) a table solver would need on this problem, before it allocates.
+std::size_t dp_planner_bytes(const KnapsackProblem& problem);
+std::size_t sliding_hirschberg_planner_bytes(const KnapsackProblem& problem);
+
+// Throws PlannerMemoryError (naming a solver that would fit) when the chosen solver cannot stay
+// under max_planner_bytes.
+KnapsackResult solve(const KnapsackProblem& problem, const SolveOptions& options = {});
+
+// One point of the exact budget/runtime trade-off curve.
+struct ParetoPoint {
+  std::int64_t budget_quanta = 0;
+  double max_runtime = 0.0;
+};
+
+// Every breakpoint of best-saved-runtime as a function of the quantized budget, for budgets 0 to
+// problem.capacity, in one Nemhauser-Ullmann pass. Points ascend in both coordinates; the value
+// at any budget is the last point at or below it.
+std::vector<ParetoPoint> pareto_front(const KnapsackProblem& problem,
+                                      std::size_t max_planner_bytes = 0);
+
+// Best saved runtime at a quantized budget, read off a front from pareto_front().
+double pareto_value_at(const std::vector<ParetoPoint>& front, std::int64_t budget_quanta);
+
+}  // namespace remat

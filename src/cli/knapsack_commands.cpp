@@ -1,0 +1,94 @@
+// `remat solve` and `remat pareto`.
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <optional>
+#include <sstream>
+
+#include "cli/commands.hpp"
+#include "io/json_io.hpp"
+#include "remat/errors.hpp"
+#include "remat/knapsack.hpp"
+
+namespace remat::cli {
+
+std::string read_input(const std::string& path) {
+  if (path.empty() || path == "-") {
+    return std::string(std::istreambuf_iterator<char>(std::cin), {});
+  }
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw InputError("input", std::nullopt, "cannot open '" + path + "'");
+  std::ostringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+namespace {
+
+struct CommonOptions {
+  std::string file;
+  double scale = kDefaultScale;
+  std::size_t max_planner_bytes = 0;
+};
+
+void add_common(CLI::App* sub, CommonOptions& o) {
+  sub->add_option("--scale", o.scale, "Quanta per unit of memory (torch uses 10000)");
+  sub->add_option("--max-planner-bytes", o.max_planner_bytes,
+                  "Cap on the solver's working memory (default: half of physical RAM)");
+  sub->add_option("file", o.file, "Instance JSON file, or - for standard input");
+}
+
+KnapsackProblem load_problem(const CommonOptions& o) {
+  io::Instance instance = io::read_instance(read_input(o.file));
+  instance.input.scale = o.scale;
+  return quantize(instance.input);
+}
+
+}  // namespace
+
+Command add_solve(CLI::App& app) {
+  auto* sub = app.add_subcommand("solve", "Solve one knapsack instance; prints a JSON plan");
+  auto common = std::make_shared<CommonOptions>();
+  auto solver = std::make_shared<std::string>("exact");
+  auto time_limit = std::make_shared<std::optional<double>>();
+  sub->add_option("--solver", *solver, "exact | sliding_hirschberg | dp | greedy");
+  sub->add_option("--time-limit", *time_limit, "Seconds; the exact solver then returns its best plan");
+  add_common(sub, *common);
+  return [=] {
+    SolveOptions options;
+    options.solver = parse_solver(*solver);
+    options.time_limit_seconds = *time_limit;
+    options.max_planner_bytes = common->max_planner_bytes;
+    const KnapsackProblem problem = load_problem(*common);
+    std::cout << io::result_json(solve(problem, options)) << "\n";
+  };
+}
+
+Command add_pareto(CLI::App& app) {
+  auto* sub = app.add_subcommand(
+      "pareto", "Best saved runtime for every budget from 0 to max_memory, in one pass");
+  auto common = std::make_shared<CommonOptions>();
+  auto points = std::make_shared<std::size_t>(0);
+  sub->add_option("--points", *points, "K evenly spaced budgets instead of every breakpoint");
+  add_common(sub, *common);
+  return [=] {
+    if (*points == 1) throw InputError("points", std::nullopt, "must be at least 2");
+    const KnapsackProblem problem = load_problem(*common);
+    const std::vector<ParetoPoint> front = pareto_front(problem, common->max_planner_bytes);
+    if (*points == 0) {
+      std::cout << io::pareto_json(problem, front) << "\n";
+      return;
+    }
+    std::vector<ParetoPoint> sampled;
+    for (std::size_t k = 0; k < *points; ++k) {
+      const double share = static_cast<double>(k) / static_cast<double>(*points - 1);
+      const auto budget =
+          static_cast<std::int64_t>(std::nearbyint(share * static_cast<double>(problem.capacity)));
+      sampled.push_back({budget, pareto_value_at(front, budget)});
+    }
+    std::cout << io::pareto_json(problem, sampled) << "\n";
+  };
+}
+
+}  // namespace remat::cli

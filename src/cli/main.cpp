@@ -1,0 +1,54 @@
+// `remat`: the command-line edge. Exit codes: 0 success, 2 bad input or usage, 3 planner memory
+// refused, 1 anything unexpected. Errors are one line on stderr starting with "error:"; nothing
+// is written to stdout on failure (each command prints only after it has succeeded).
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <new>
+#include <vector>
+
+#include "cli/commands.hpp"
+#include "remat/errors.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"remat: exact activation-checkpointing planners (knapsack and chain)", "remat"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Help for every subcommand");
+  std::vector<std::pair<CLI::App*, remat::cli::Command>> commands;
+  auto add = [&](remat::cli::Command (*adder)(CLI::App&)) {
+    const std::size_t before = app.get_subcommands({}).size();
+    remat::cli::Command run = adder(app);
+    commands.emplace_back(app.get_subcommands({})[before], std::move(run));
+  };
+  add(remat::cli::add_solve);
+  add(remat::cli::add_pareto);
+  add(remat::cli::add_generate);
+  add(remat::cli::add_demo);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  }
+  try {
+    for (auto& [sub, run] : commands) {
+      if (sub->parsed()) run();
+    }
+  } catch (const remat::InputError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  } catch (const remat::PlannerMemoryError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 3;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "error: out of memory\n";
+    return 3;
+  } catch (const std::exception& e) {
+    std::cerr << "error: internal: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

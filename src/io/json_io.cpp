@@ -1,0 +1,117 @@
+#include "io/json_io.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "remat/errors.hpp"
+
+namespace remat::io {
+
+namespace {
+
+using nlohmann::json;
+
+std::string type_name(const json& value) {
+  if (value.is_boolean()) return "a boolean";
+  if (value.is_string()) return "a string";
+  if (value.is_null()) return "null";
+  if (value.is_array()) return "an array";
+  if (value.is_object()) return "an object";
+  return "a number";
+}
+
+double number_at(const json& value, const std::string& field, std::optional<std::size_t> index) {
+  if (!value.is_number()) throw InputError(field, index, "expected a number, got " + type_name(value));
+  return value.get<double>();
+}
+
+std::vector<double> number_array(const json& root, const std::string& field) {
+  const auto it = root.find(field);
+  if (it == root.end()) throw InputError(field, std::nullopt, "missing");
+  if (!it->is_array()) throw InputError(field, std::nullopt, "expected an array, got " + type_name(*it));
+  std::vector<double> values;
+  values.reserve(it->size());
+  for (std::size_t i = 0; i < it->size(); ++i) values.push_back(number_at((*it)[i], field, i));
+  return values;
+}
+
+json parse_document(std::string_view text) {
+  try {
+    return json::parse(text.begin(), text.end());
+  } catch (const json::parse_error& e) {
+    std::string detail = e.what();
+    // nlohmann prefixes "[json.exception.parse_error.101] "; users need only the rest.
+    if (auto pos = detail.find("] "); pos != std::string::npos) detail = detail.substr(pos + 2);
+    const std::size_t at = e.byte > 0 ? e.byte - 1 : 0;
+    if (at < text.size() && (text[at] == 'N' || text[at] == 'I' || text[at] == 'n' || text[at] == 'i')) {
+      detail += " (NaN and Infinity are not JSON; every value must be a finite number)";
+    }
+    throw InputError("input", std::nullopt, "malformed JSON: " + detail);
+  }
+}
+
+}  // namespace
+
+Instance read_instance(std::string_view text) {
+  const json root = parse_document(text);
+  if (!root.is_object()) {
+    throw InputError("input", std::nullopt, "expected a JSON object, got " + type_name(root));
+  }
+  Instance instance;
+  instance.input.memory = number_array(root, "memory");
+  instance.input.runtime = number_array(root, "runtime");
+  const auto budget = root.find("max_memory");
+  if (budget == root.end()) throw InputError("max_memory", std::nullopt, "missing");
+  instance.input.max_memory = number_at(*budget, "max_memory", std::nullopt);
+  const auto names = root.find("names");
+  if (names != root.end() && names->is_array() && names->size() == instance.input.memory.size()) {
+    for (const json& name : *names) {
+      if (!name.is_string()) {
+        instance.names.clear();
+        break;
+      }
+      instance.names.push_back(name.get<std::string>());
+    }
+  }
+  return instance;
+}
+
+std::string instance_json(const GeneratedInstance& instance) {
+  json out;
+  out["memory"] = instance.input.memory;
+  out["runtime"] = instance.input.runtime;
+  out["max_memory"] = instance.input.max_memory;
+  if (!instance.names.empty()) out["names"] = instance.names;
+  return out.dump();
+}
+
+std::string result_json(const KnapsackResult& r) {
+  json out;
+  out["solver"] = r.solver;
+  out["status"] = to_string(r.status);
+  out["max_runtime"] = r.max_runtime;
+  out["upper_bound"] = r.upper_bound;
+  out["saved"] = r.saved;
+  out["recomputed"] = r.recomputed;
+  out["memory_used"] = r.memory_used;
+  out["quantized_memory_used"] = r.quantized_memory_used;
+  out["quantized_max_memory"] = r.capacity;
+  out["seconds"] = r.seconds;
+  out["planner_peak_bytes"] = r.planner_peak_bytes;
+  return out.dump();
+}
+
+std::string pareto_json(const KnapsackProblem& problem, const std::vector<ParetoPoint>& points) {
+  json list = json::array();
+  for (const ParetoPoint& p : points) {
+    list.push_back({{"budget_quanta", p.budget_quanta},
+                    {"max_memory", static_cast<double>(p.budget_quanta) / problem.scale},
+                    {"max_runtime", p.max_runtime}});
+  }
+  json out;
+  out["quantized_max_memory"] = problem.capacity;
+  out["scale"] = problem.scale;
+  out["points"] = std::move(list);
+  return out.dump();
+}
+
+}  // namespace remat::io

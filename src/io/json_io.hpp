@@ -1,0 +1,27 @@
+// JSON at the edge: instances in, results out. The core library never sees JSON.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "remat/generate.hpp"
+#include "remat/knapsack.hpp"
+#include "remat/problem.hpp"
+
+namespace remat::io {
+
+struct Instance {
+  KnapsackInput input;
+  std::vector<std::string> names;  // from an optional "names" array; empty when absent or unusable
+};
+
+// Parses {"memory": [...], "runtime": [...], "max_memory": x}; other keys are ignored.
+// Throws InputError naming the field and index of the first problem.
+Instance read_instance(std::string_view text);
+
+std::string instance_json(const GeneratedInstance& instance);
+std::string result_json(const KnapsackResult& result);
+std::string pareto_json(const KnapsackProblem& problem, const std::vector<ParetoPoint>& points);
+
+}  // namespace remat::io

@@ -1,0 +1,283 @@
+// Exact 0/1 knapsack by an expanding core, in the family of Pisinger's minknap (Pisinger 1997,
+// "A minimal algorithm for the 0-1 knapsack problem", Operations Research 45(5)); written from
+// the paper's description, not from its code.
+//
+// Items are ordered by runtime per quantum. The greedy break solution saves every item before the
+// break item b. A state is a plan that agrees with the break solution outside the core
+// [t+1, s-1]; states live in one list sorted by weight with strictly increasing value
+// (dominance). The core grows alternately by adding item s (states may try saving it) and item t
+// (states may try dropping it); states over the budget are allowed, since a later drop can bring
+// them back. Before every step each state gets Dantzig's bound, using the efficiency of s for a
+// state within the budget and of t for one over it, and states that cannot beat the incumbent
+// are dropped. The list empties when the incumbent is proven optimal.
+//
+// Time: O(n log n) for the ordering plus O(sum of list lengths); the list never holds more than
+// min(2^core, weight range) states and, on the instances torch produces, stays short because the
+// bounds are tight. Neither time nor memory grows with the budget W as such. Memory: the list
+// (24 bytes a state) and a history tree of the decisions (8 bytes a node), garbage-collected so
+// that only nodes reachable from live states are kept. Every growth is accounted against the
+// planner-memory cap before it is allocated.
+//
+// Values are doubles (runtimes); a state is pruned only when its bound is <= the incumbent, so
+// the only inexactness is double rounding in the bounds (relative 1e-16).
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "knapsack/reduced_problem.hpp"
+#include "remat/errors.hpp"
+
+namespace remat::detail {
+
+namespace {
+
+struct State {
+  std::int64_t weight;
+  double value;
+  std::uint32_t node;  // decisions that differ from the break solution, see Node
+};
+
+// One flipped decision; following parents up to the root lists every flip of a state.
+struct Node {
+  std::uint32_t parent;
+  std::uint32_t item;  // reduced item index
+};
+
+constexpr std::uint32_t kRoot = 0;
+constexpr std::uint32_t kGreedyIncumbent = std::numeric_limits<std::uint32_t>::max();
+
+class ExpandingCore {
+ public:
+  ExpandingCore(const ReducedProblem& p, PlannerMemory& memory,
+                std::optional<Clock::time_point> deadline)
+      : p_(p), memory_(memory), deadline_(deadline) {}
+
+  ReducedSolution run() {
+    memory_.reserve(p_.size() * (sizeof(std::uint32_t) + sizeof(double) + 2));
+    order_ = order_by_efficiency(p_);
+    find_break_solution();
+    set_greedy_incumbent();
+    grow(states_, reserved_states_, 1);
+    states_.push_back({break_weight_, break_value_, kRoot});
+    grow(nodes_, reserved_nodes_, 1);
+    nodes_.push_back({kRoot, 0});
+    std::ptrdiff_t s = static_cast<std::ptrdiff_t>(break_pos_);
+    std::ptrdiff_t t = s - 1;
+    const auto m = static_cast<std::ptrdiff_t>(order_.size());
+    bool add_next = true;
+    while (true) {
+      prune(s, t);
+      if (states_.empty() || (s >= m && t < 0)) break;
+      if (deadline_ && Clock::now() >= *deadline_) return finish(SolveStatus::kTimeLimit, s, t);
+      if ((add_next && s < m) || t < 0) {
+        const std::uint32_t k = order_[s++];
+        expand(p_.weight[k], p_.value[k], k);
+      } else {
+        const std::uint32_t k = order_[t--];
+        expand(-p_.weight[k], -p_.value[k], k);
+      }
+      add_next = !add_next;
+      update_incumbent();
+      if (nodes_.size() > gc_threshold_) collect_garbage();
+    }
+    return finish(SolveStatus::kOptimal, s, t);
+  }
+
+ private:
+  void find_break_solution() {
+    break_pos_ = 0;
+    while (break_pos_ < order_.size() &&
+           break_weight_ + p_.weight[order_[break_pos_]] <= p_.capacity) {
+      break_weight_ += p_.weight[order_[break_pos_]];
+      break_value_ += p_.value[order_[break_pos_]];
+      ++break_pos_;
+    }
+  }
+
+  // The break solution filled greedily with later items that still fit: a cheap lower bound
+  // that lets the first bound tests prune.
+  void set_greedy_incumbent() {
+    greedy_take_.assign(p_.size(), 0);
+    std::int64_t room = p_.capacity - break_weight_;
+    best_value_ = break_value_;
+    for (std::size_t pos = 0; pos < order_.size(); ++pos) {
+      const std::uint32_t k = order_[pos];
+      if (pos < break_pos_) {
+        greedy_take_[k] = 1;
+      } else if (p_.weight[k] <= room) {
+        greedy_take_[k] = 1;
+        room -= p_.weight[k];
+        best_value_ += p_.value[k];
+      }
+    }
+    best_node_ = kGreedyIncumbent;
+  }
+
+  double efficiency(std::ptrdiff_t pos) const {
+    const std::uint32_t k = order_[static_cast<std::size_t>(pos)];
+    return p_.value[k] / static_cast<double>(p_.weight[k]);
+  }
+
+  // Dantzig's bound of a state when items at positions >= s are out and <= t are in.
+  double bound(const State& state, double add_efficiency, double drop_efficiency,
+               bool can_drop) const {
+    if (state.weight <= p_.capacity) {
+      return state.value + static_cast<double>(p_.capacity - state.weight) * add_efficiency;
+    }
+    if (!can_drop) return -std::numeric_limits<double>::infinity();
+    return state.value - static_cast<double>(state.weight - p_.capacity) * drop_efficiency;
+  }
+
+  void prune(std::ptrdiff_t s, std::ptrdiff_t t) {
+    const auto m = static_cast<std::ptrdiff_t>(order_.size());
+    const double add_eff = s < m ? efficiency(s) : 0.0;
+    const double drop_eff = t >= 0 ? efficiency(t) : 0.0;
+    std::size_t kept = 0;
+    for (const State& state : states_) {
+      if (bound(state, add_eff, drop_eff, t >= 0) > best_value_) states_[kept++] = state;
+    }
+    states_.resize(kept);
+  }
+
+  double remaining_bound(std::ptrdiff_t s, std::ptrdiff_t t) const {
+    const auto m = static_cast<std::ptrdiff_t>(order_.size());
+    const double add_eff = s < m ? efficiency(s) : 0.0;
+    const double drop_eff = t >= 0 ? efficiency(t) : 0.0;
+    double result = best_value_;
+    for (const State& state : states_) {
+      result = std::max(result, bound(state, add_eff, drop_eff, t >= 0));
+    }
+    return result;
+  }
+
+  // Merges the list with a copy of itself shifted by (dw, dv): the same plans with item k's
+  // decision flipped. Both are sorted by weight; dominated states are dropped as they appear.
+  void expand(std::int64_t dw, double dv, std::uint32_t k) {
+    if (nodes_.size() + states_.size() >= kGreedyIncumbent) {
+      throw PlannerMemoryError("exact: more than 2^32 live decision nodes");
+    }
+    grow(scratch_, reserved_scratch_, 2 * states_.size());
+    grow(nodes_, reserved_nodes_, nodes_.size() + states_.size());
+    scratch_.clear();
+    std::size_t i = 0, j = 0;
+    const std::size_t n = states_.size();
+    auto push = [&](const State& candidate, bool flipped, std::uint32_t parent) {
+      if (!scratch_.empty() && candidate.value <= scratch_.back().value) return;
+      State kept = candidate;
+      if (flipped) {
+        nodes_.push_back({parent, k});
+        kept.node = static_cast<std::uint32_t>(nodes_.size() - 1);
+      }
+      scratch_.push_back(kept);
+    };
+    while (i < n || j < n) {
+      const bool take_unchanged =
+          j == n || (i < n && (states_[i].weight < states_[j].weight + dw ||
+                               (states_[i].weight == states_[j].weight + dw &&
+                                states_[i].value >= states_[j].value + dv)));
+      if (take_unchanged) {
+        push(states_[i], false, 0);
+        ++i;
+      } else {
+        const State& from = states_[j];
+        push({from.weight + dw, from.value + dv, from.node}, true, from.node);
+        ++j;
+      }
+    }
+    states_.swap(scratch_);
+    std::swap(reserved_states_, reserved_scratch_);
+  }
+
+  void update_incumbent() {
+    // Values increase with weight, so the best plan within budget is the last one at or under it.
+    auto it = std::upper_bound(states_.begin(), states_.end(), p_.capacity,
+                               [](std::int64_t c, const State& s) { return c < s.weight; });
+    if (it == states_.begin()) return;
+    --it;
+    if (it->value > best_value_) {
+      best_value_ = it->value;
+      best_node_ = it->node;
+    }
+  }
+
+  // Keeps only history nodes reachable from live states and the incumbent. Parents always
+  // precede their children, so one forward pass renumbers them.
+  void collect_garbage() {
+    memory_.reserve(nodes_.size() * (sizeof(char) + sizeof(std::uint32_t)));
+    std::vector<char> live(nodes_.size(), 0);
+    live[kRoot] = 1;
+    auto mark = [&](std::uint32_t node) {
+      while (!live[node]) {
+        live[node] = 1;
+        node = nodes_[node].parent;
+      }
+    };
+    for (const State& state : states_) mark(state.node);
+    if (best_node_ != kGreedyIncumbent) mark(best_node_);
+    std::vector<std::uint32_t> renumber(nodes_.size());
+    std::size_t kept = 0;
+    for (std::size_t node = 0; node < nodes_.size(); ++node) {
+      if (!live[node]) continue;
+      renumber[node] = static_cast<std::uint32_t>(kept);
+      nodes_[kept++] = {renumber[nodes_[node].parent], nodes_[node].item};
+    }
+    nodes_.resize(kept);
+    for (State& state : states_) state.node = renumber[state.node];
+    if (best_node_ != kGreedyIncumbent) best_node_ = renumber[best_node_];
+    memory_.release(live.size() * (sizeof(char) + sizeof(std::uint32_t)));
+    gc_threshold_ = std::max<std::size_t>(kMinGcThreshold, 2 * kept + 2 * states_.size());
+  }
+
+  ReducedSolution finish(SolveStatus status, std::ptrdiff_t s, std::ptrdiff_t t) {
+    ReducedSolution solution;
+    solution.status = status;
+    if (status == SolveStatus::kTimeLimit) solution.upper_bound = remaining_bound(s, t);
+    if (best_node_ == kGreedyIncumbent) {
+      solution.take = greedy_take_;
+      return solution;
+    }
+    solution.take.assign(p_.size(), 0);
+    for (std::size_t pos = 0; pos < break_pos_; ++pos) solution.take[order_[pos]] = 1;
+    for (std::uint32_t node = best_node_; node != kRoot; node = nodes_[node].parent) {
+      solution.take[nodes_[node].item] ^= 1;
+    }
+    return solution;
+  }
+
+  // Grows a vector's capacity to at least `needed`, accounting the bytes first.
+  template <typename T>
+  void grow(std::vector<T>& v, std::size_t& reserved_bytes, std::size_t needed) {
+    if (v.capacity() >= needed) return;
+    const std::size_t target = std::max(needed, 2 * v.capacity());
+    const std::size_t bytes = target * sizeof(T);
+    memory_.reserve(bytes - std::min(bytes, reserved_bytes));
+    reserved_bytes = std::max(reserved_bytes, bytes);
+    v.reserve(target);
+  }
+
+  static constexpr std::size_t kMinGcThreshold = 1 << 16;
+
+  const ReducedProblem& p_;
+  PlannerMemory& memory_;
+  std::optional<Clock::time_point> deadline_;
+  std::vector<std::uint32_t> order_;
+  std::size_t break_pos_ = 0;
+  std::int64_t break_weight_ = 0;
+  double break_value_ = 0;
+  std::vector<char> greedy_take_;
+  double best_value_ = 0;
+  std::uint32_t best_node_ = kGreedyIncumbent;
+  std::vector<State> states_, scratch_;
+  std::vector<Node> nodes_;
+  std::size_t reserved_states_ = 0, reserved_scratch_ = 0, reserved_nodes_ = 0;
+  std::size_t gc_threshold_ = kMinGcThreshold;
+};
+
+}  // namespace
+
+ReducedSolution solve_exact(const ReducedProblem& p, PlannerMemory& memory,
+                            std::optional<Clock::time_point> deadline) {
+  return ExpandingCore(p, memory, deadline).run();
+}
+
+}  // namespace remat::detail

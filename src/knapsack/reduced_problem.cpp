@@ -1,0 +1,68 @@
+// Forced decisions, planner-memory accounting and the helpers several solvers share.
+#include "knapsack/reduced_problem.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+
+#include "remat/errors.hpp"
+
+namespace remat::detail {
+
+ReducedProblem reduce(const KnapsackProblem& problem) {
+  ReducedProblem reduced;
+  reduced.capacity = problem.capacity;
+  for (std::size_t i = 0; i < problem.size(); ++i) {
+    const std::int64_t w = problem.weight[i];
+    const double v = problem.value[i];
+    if (v <= 0 || w > problem.capacity) continue;  // never saved
+    if (w == 0) {
+      reduced.forced_saved.push_back(i);
+      continue;
+    }
+    reduced.original_index.push_back(i);
+    reduced.weight.push_back(w);
+    reduced.value.push_back(v);
+  }
+  return reduced;
+}
+
+void PlannerMemory::reserve(std::size_t bytes) {
+  if (bytes > cap_ || current_ > cap_ - bytes) {
+    throw PlannerMemoryError(solver_name_ + " needs more than " +
+                             std::to_string(cap_) + " bytes of planner memory (had " +
+                             std::to_string(current_) + ", asked " + std::to_string(bytes) + ")");
+  }
+  current_ += bytes;
+  peak_ = std::max(peak_, current_);
+}
+
+std::vector<std::uint32_t> order_by_efficiency(const ReducedProblem& p) {
+  std::vector<double> efficiency(p.size());
+  for (std::size_t k = 0; k < p.size(); ++k) {
+    efficiency[k] = p.value[k] / static_cast<double>(p.weight[k]);
+  }
+  std::vector<std::uint32_t> order(p.size());
+  std::iota(order.begin(), order.end(), 0u);
+  std::stable_sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
+    return efficiency[a] > efficiency[b];
+  });
+  return order;
+}
+
+double lp_upper_bound(const ReducedProblem& p) {
+  double bound = 0;
+  std::int64_t room = p.capacity;
+  for (std::uint32_t k : order_by_efficiency(p)) {
+    if (p.weight[k] <= room) {
+      room -= p.weight[k];
+      bound += p.value[k];
+    } else {
+      bound += p.value[k] * (static_cast<double>(room) / static_cast<double>(p.weight[k]));
+      break;
+    }
+  }
+  return bound;
+}
+
+}  // namespace remat::detail

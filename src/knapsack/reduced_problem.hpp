@@ -1,0 +1,78 @@
+// Internal interface between solve() and the individual solver files.
+//
+// Every solver works on the same reduced problem: items whose decision is forced by the problem
+// semantics (zero weight with positive runtime: always saved; runtime <= 0 or weight above the
+// budget: never saved) are settled once here, so each algorithm only sees items with
+// 1 <= weight <= capacity and runtime > 0.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "remat/problem.hpp"
+#include "remat/result.hpp"
+
+namespace remat::detail {
+
+struct ReducedProblem {
+  std::vector<std::size_t> original_index;  // reduced item k is problem item original_index[k]
+  std::vector<std::int64_t> weight;         // 1 <= weight[k] <= capacity
+  std::vector<double> value;                // > 0
+  std::int64_t capacity = 0;
+  std::vector<std::size_t> forced_saved;    // weight 0, runtime > 0
+
+  std::size_t size() const { return weight.size(); }
+};
+
+ReducedProblem reduce(const KnapsackProblem& problem);
+
+// Accounts a solver's working memory against the caller's cap. Solvers reserve before they
+// allocate, so a refusal never follows an out-of-memory crash.
+class PlannerMemory {
+ public:
+  PlannerMemory(std::size_t cap, std::string solver_name)
+      : cap_(cap), solver_name_(std::move(solver_name)) {}
+  // Throws PlannerMemoryError when current + bytes would exceed the cap.
+  void reserve(std::size_t bytes);
+  void release(std::size_t bytes) { current_ -= bytes < current_ ? bytes : current_; }
+  std::size_t peak() const { return peak_; }
+  std::size_t cap() const { return cap_; }
+
+ private:
+  std::size_t cap_;
+  std::string solver_name_;
+  std::size_t current_ = 0;
+  std::size_t peak_ = 0;
+};
+
+using Clock = std::chrono::steady_clock;
+
+// What a solver decides on the reduced items.
+struct ReducedSolution {
+  std::vector<char> take;  // per reduced item
+  SolveStatus status = SolveStatus::kOptimal;
+  // Upper bound on the reduced objective; only read when status is kTimeLimit or kHeuristic.
+  double upper_bound = 0.0;
+};
+
+ReducedSolution solve_exact(const ReducedProblem& p, PlannerMemory& memory,
+                            std::optional<Clock::time_point> deadline);
+ReducedSolution solve_sliding_hirschberg(const ReducedProblem& p, PlannerMemory& memory);
+ReducedSolution solve_full_table_dp(const ReducedProblem& p, PlannerMemory& memory);
+ReducedSolution solve_greedy(const ReducedProblem& p, PlannerMemory& memory);
+
+// Working memory of the table solvers on this problem, computed before they allocate.
+std::size_t full_table_bytes(const ReducedProblem& p);
+std::size_t sliding_hirschberg_bytes(const ReducedProblem& p);
+
+// Dantzig's LP bound of the reduced problem: an upper bound on every feasible plan's value.
+double lp_upper_bound(const ReducedProblem& p);
+
+// Reduced item indices sorted by runtime per quantum, best first; ties by index (stable).
+std::vector<std::uint32_t> order_by_efficiency(const ReducedProblem& p);
+
+}  // namespace remat::detail

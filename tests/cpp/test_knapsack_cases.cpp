@@ -1,0 +1,188 @@
+// PyTorch's own knapsack cases (test/functorch/test_ac_knapsack.py), the issue-197871 shapes,
+// and the solver options: time limit, planner-memory cap, unknown names.
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "remat/errors.hpp"
+#include "remat/generate.hpp"
+#include "test_support.hpp"
+
+namespace remat {
+namespace {
+
+using testing::solve_with;
+
+const std::vector<Solver> kExactSolvers{Solver::kExact, Solver::kSlidingHirschberg, Solver::kDp};
+
+struct TorchCase {
+  std::vector<double> memory, runtime;
+  double max_memory;
+  double expected;
+  std::vector<std::vector<std::size_t>> accepted_saved;  // empty: any optimal plan
+};
+
+const std::vector<TorchCase> kTorchCases{
+    {{2, 3, 2, 4, 1}, {1, 2, 1, 3, 2}, 5, 5.0, {{3, 4}}},
+    {{1, 1, 1}, {2, 2, 2}, 2, 4.0, {{0, 1}, {0, 2}, {1, 2}}},
+    {{0.5, 1.5, 2.0}, {1, 2, 3}, 2.0, 3.0, {}},
+    {{100, 200, 300}, {1000, 2000, 3000}, 500, 5000.0, {{1, 2}}},
+    {{}, {}, 10, 0.0, {{}}},
+    {{1, 2, 3}, {1, 2, 3}, 0, 0.0, {{}}},
+    {{0, 0, 0}, {1, 2, 3}, 0, 6.0, {{0, 1, 2}}},
+    {{1, 2, 3}, {0, 0, 0}, 6, 0.0, {{}}},
+    {{0, 2, 3}, {5, 2, 3}, 5, 10.0, {{0, 1, 2}}},
+    {{1, 2, 3}, {0, 2, 3}, 3, 3.0, {{2}}},
+};
+
+TEST(TorchCases, EveryExactSolverMatchesTorch) {
+  for (std::size_t c = 0; c < kTorchCases.size(); ++c) {
+    const TorchCase& tc = kTorchCases[c];
+    const KnapsackProblem p = quantize({tc.memory, tc.runtime, tc.max_memory, kDefaultScale});
+    for (Solver s : kExactSolvers) {
+      SCOPED_TRACE("case " + std::to_string(c) + " solver " + to_string(s));
+      const KnapsackResult r = solve_with(p, s);
+      EXPECT_EQ(r.status, SolveStatus::kOptimal);
+      EXPECT_DOUBLE_EQ(r.max_runtime, tc.expected);
+      EXPECT_DOUBLE_EQ(r.upper_bound, tc.expected);
+      if (!tc.accepted_saved.empty()) {
+        bool accepted = false;
+        for (const auto& saved : tc.accepted_saved) accepted |= saved == r.saved;
+        EXPECT_TRUE(accepted);
+      }
+    }
+  }
+}
+
+TEST(TorchCases, GreedyIsFeasibleAndMarkedHeuristic) {
+  for (const TorchCase& tc : kTorchCases) {
+    const KnapsackProblem p = quantize({tc.memory, tc.runtime, tc.max_memory, kDefaultScale});
+    const KnapsackResult r = solve_with(p, Solver::kGreedy);
+    EXPECT_LE(r.max_runtime, tc.expected + 1e-12);
+    if (r.max_runtime < tc.expected) {
+      EXPECT_EQ(r.status, SolveStatus::kHeuristic);
+    }
+    EXPECT_GE(r.upper_bound, tc.expected - 1e-9);
+  }
+}
+
+// pytorch/pytorch issue 197871: torch's sliding_hirschberg saves two of three 1-quantum items
+// under a 1-quantum budget. Every solver here must stay within the budget, including with one
+// spare quantum and at every small size.
+TEST(Issue197871, NoSolverGoesOverBudget) {
+  for (int items = 1; items <= 9; ++items) {
+    for (int budget = 0; budget <= items + 1; ++budget) {
+      for (int spare : {0, 1}) {
+        const KnapsackProblem p = quantize({std::vector<double>(items, 1e-4),
+                                            std::vector<double>(items, 1.0),
+                                            (budget + spare) * 1e-4, kDefaultScale});
+        for (Solver s : all_solvers()) {
+          const KnapsackResult r = solve_with(p, s);
+          EXPECT_EQ(r.saved.size(), static_cast<std::size_t>(std::min(items, budget + spare)))
+              << to_string(s) << " items " << items << " budget " << budget + spare;
+        }
+      }
+    }
+  }
+}
+
+TEST(Issue197871, ExactShapeFromTheReport) {
+  const KnapsackProblem p = quantize({{1e-4, 1e-4, 1e-4}, {1, 1, 1}, 1e-4, kDefaultScale});
+  ASSERT_EQ(p.capacity, 1);
+  for (Solver s : all_solvers()) EXPECT_EQ(solve_with(p, s).saved.size(), 1u) << to_string(s);
+}
+
+TEST(Greedy, FollowsTorchRatioOrderOnQuantizedWeights) {
+  // Ratios 3, 2, 1.5: greedy saves items 0 and 1 (weight 2 + 3 = 5) and misses the optimum {0, 2}.
+  const KnapsackProblem p = quantize({{2, 3, 4}, {6, 6, 6}, 6, 1});
+  const KnapsackResult greedy = solve_with(p, Solver::kGreedy);
+  EXPECT_EQ(greedy.saved, (std::vector<std::size_t>{0, 1}));
+  EXPECT_EQ(greedy.status, SolveStatus::kHeuristic);
+  EXPECT_DOUBLE_EQ(solve_with(p, Solver::kExact).max_runtime, 12.0);
+}
+
+TEST(PlannerMemory, DpRefusesBeforeAllocatingAndNamesAnAlternative) {
+  // 100 items at a quantized budget of 10^9, the paper's failing setup: ~12 GB of bits.
+  GenerateOptions g;
+  g.family = "paper_scale";
+  g.n = 100;
+  const KnapsackProblem p = quantize(generate(g).input);
+  SolveOptions options;
+  options.solver = Solver::kDp;
+  options.max_planner_bytes = std::size_t{1} << 30;
+  try {
+    solve(p, options);
+    FAIL() << "dp should refuse";
+  } catch (const PlannerMemoryError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("dp needs"), std::string::npos) << message;
+    EXPECT_NE(message.find("exact"), std::string::npos) << message;
+  }
+  options.solver = Solver::kExact;
+  const KnapsackResult r = solve(p, options);
+  testing::expect_consistent_plan(p, r);
+  EXPECT_EQ(r.status, SolveStatus::kOptimal);
+  EXPECT_LT(r.planner_peak_bytes, std::size_t{1} << 30);
+}
+
+TEST(PlannerMemory, SlidingRefusesWhenRowsDoNotFit) {
+  const KnapsackProblem p = quantize({{3, 4, 5}, {1, 1, 1}, 10, 1e6});
+  SolveOptions options;
+  options.solver = Solver::kSlidingHirschberg;
+  options.max_planner_bytes = 1 << 20;
+  EXPECT_THROW(solve(p, options), PlannerMemoryError);
+  options.max_planner_bytes = std::size_t{1} << 30;
+  EXPECT_NO_THROW(solve(p, options));
+}
+
+TEST(PlannerMemory, ExactRefusesWhenItsListOutgrowsTheCap) {
+  GenerateOptions g;
+  g.family = "strongly_correlated";
+  g.n = 2000;
+  g.range = 1000000;
+  const KnapsackProblem p = quantize(generate(g).input);
+  SolveOptions options;
+  options.max_planner_bytes = 20000;
+  EXPECT_THROW(solve(p, options), PlannerMemoryError);
+}
+
+TEST(TimeLimit, ExactReturnsAFeasiblePlanAndAValidBound) {
+  GenerateOptions g;
+  g.family = "circle";
+  g.n = 3000;
+  g.range = 10000000;
+  const KnapsackProblem p = quantize(generate(g).input);
+  SolveOptions options;
+  options.time_limit_seconds = 1e-6;
+  const KnapsackResult limited = solve(p, options);
+  testing::expect_consistent_plan(p, limited);
+  options.time_limit_seconds.reset();
+  const KnapsackResult optimal = solve(p, options);
+  EXPECT_EQ(optimal.status, SolveStatus::kOptimal);
+  EXPECT_LE(limited.max_runtime, optimal.max_runtime);
+  EXPECT_GE(limited.upper_bound, optimal.max_runtime);
+  if (limited.status == SolveStatus::kOptimal) {
+    EXPECT_DOUBLE_EQ(limited.max_runtime, optimal.max_runtime);
+  } else {
+    EXPECT_EQ(limited.status, SolveStatus::kTimeLimit);
+  }
+}
+
+TEST(TimeLimit, RejectsNonPositive) {
+  SolveOptions options;
+  options.time_limit_seconds = 0;
+  EXPECT_THROW(solve(quantize({{1}, {1}, 1, 1}), options), InputError);
+}
+
+TEST(SolverNames, RoundTripAndUnknownIsAnInputError) {
+  for (Solver s : all_solvers()) EXPECT_EQ(parse_solver(to_string(s)), s);
+  try {
+    parse_solver("ilp");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "solver");
+  }
+}
+
+}  // namespace
+}  // namespace remat
