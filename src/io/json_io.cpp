@@ -34,18 +34,25 @@ std::vector<double> number_array(const json& root, const std::string& field) {
   return values;
 }
 
+// nlohmann prefixes its messages with "[json.exception.parse_error.101] "; users need the rest.
+std::string without_exception_id(const std::string& message) {
+  const auto pos = message.find("] ");
+  return pos == std::string::npos ? message : message.substr(pos + 2);
+}
+
 json parse_document(std::string_view text) {
   try {
     return json::parse(text.begin(), text.end());
   } catch (const json::parse_error& e) {
-    std::string detail = e.what();
-    // nlohmann prefixes "[json.exception.parse_error.101] "; users need only the rest.
-    if (auto pos = detail.find("] "); pos != std::string::npos) detail = detail.substr(pos + 2);
+    std::string detail = without_exception_id(e.what());
     const std::size_t at = e.byte > 0 ? e.byte - 1 : 0;
     if (at < text.size() && (text[at] == 'N' || text[at] == 'I' || text[at] == 'n' || text[at] == 'i')) {
       detail += " (NaN and Infinity are not JSON; every value must be a finite number)";
     }
     throw InputError("input", std::nullopt, "malformed JSON: " + detail);
+  } catch (const json::out_of_range& e) {
+    // A literal such as 1e999 that no double can hold.
+    throw InputError("input", std::nullopt, "malformed JSON: " + without_exception_id(e.what()));
   }
 }
 

@@ -21,6 +21,7 @@
 // Values are doubles (runtimes); a state is pruned only when its bound is <= the incumbent, so
 // the only inexactness is double rounding in the bounds (relative 1e-16).
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -55,6 +56,7 @@ class ExpandingCore {
   ReducedSolution run() {
     memory_.reserve(p_.size() * (sizeof(std::uint32_t) + sizeof(double) + 2));
     order_ = order_by_efficiency(p_);
+    integral_values_ = all_values_integral();
     find_break_solution();
     set_greedy_incumbent();
     grow(states_, reserved_states_, 1);
@@ -113,6 +115,24 @@ class ExpandingCore {
     best_node_ = kGreedyIncumbent;
   }
 
+  // With integral runtimes (and sums exact in double) a plan can only beat the incumbent z by
+  // reaching z + 1, so a bound below z + 1 already prunes: the classical integer test, which
+  // matters on instances with many ties.
+  bool all_values_integral() const {
+    double total = 0;
+    for (double v : p_.value) {
+      if (v != std::floor(v)) return false;
+      total += v;
+    }
+    return total < 0x1.0p52;
+  }
+
+  bool can_beat_incumbent(double bound) const {
+    if (!integral_values_) return bound > best_value_;
+    // The slack covers rounding in the bound; it is far below the gap of 1 between integers.
+    return bound + 1e-9 * std::max(1.0, std::abs(bound)) >= best_value_ + 1;
+  }
+
   double efficiency(std::ptrdiff_t pos) const {
     const std::uint32_t k = order_[static_cast<std::size_t>(pos)];
     return p_.value[k] / static_cast<double>(p_.weight[k]);
@@ -134,7 +154,7 @@ class ExpandingCore {
     const double drop_eff = t >= 0 ? efficiency(t) : 0.0;
     std::size_t kept = 0;
     for (const State& state : states_) {
-      if (bound(state, add_eff, drop_eff, t >= 0) > best_value_) states_[kept++] = state;
+      if (can_beat_incumbent(bound(state, add_eff, drop_eff, t >= 0))) states_[kept++] = state;
     }
     states_.resize(kept);
   }
@@ -265,6 +285,7 @@ class ExpandingCore {
   std::int64_t break_weight_ = 0;
   double break_value_ = 0;
   std::vector<char> greedy_take_;
+  bool integral_values_ = false;
   double best_value_ = 0;
   std::uint32_t best_node_ = kGreedyIncumbent;
   std::vector<State> states_, scratch_;

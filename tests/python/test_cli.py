@@ -1,0 +1,199 @@
+"""The contract of every `remat` command: output shape, exit codes, error lines."""
+
+import itertools
+import json
+
+import pytest
+
+from conftest import ROOT
+
+SOLVERS = ["exact", "sliding_hirschberg", "dp", "greedy"]
+INSTANCE = {"memory": [2, 3, 2, 4, 1], "runtime": [1, 2, 1, 3, 2], "max_memory": 5}
+
+
+def solve(run, instance, *args):
+    code, out, err = run("solve", *args, "-", stdin=json.dumps(instance))
+    assert code == 0, err
+    assert err == ""
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_solve_output_fields(run, solver):
+    result = solve(run, INSTANCE, "--solver", solver)
+    for key in ["solver", "status", "max_runtime", "saved", "recomputed", "memory_used",
+                "upper_bound", "seconds", "planner_peak_bytes"]:
+        assert key in result
+    assert result["solver"] == solver
+    assert sorted(result["saved"] + result["recomputed"]) == list(range(5))
+    assert result["saved"] == sorted(result["saved"])
+    assert result["memory_used"] <= INSTANCE["max_memory"]
+    if solver != "greedy":
+        assert result["status"] == "optimal"
+        assert result["max_runtime"] == 5.0
+        assert result["saved"] == [3, 4]
+        assert result["upper_bound"] == 5.0
+    else:
+        assert result["status"] == "heuristic"
+
+
+def test_solve_reads_a_file_and_ignores_other_keys(run, tmp_path):
+    path = tmp_path / "instance.json"
+    path.write_text(json.dumps({**INSTANCE, "model": "x", "names": ["a", "b", "c", "d", "e"]}))
+    code, out, _ = run("solve", str(path))
+    assert code == 0
+    assert json.loads(out)["saved"] == [3, 4]
+
+
+def test_solve_reads_stdin_without_a_file_argument(run):
+    code, out, _ = run("solve", stdin=json.dumps(INSTANCE))
+    assert code == 0
+    assert json.loads(out)["max_runtime"] == 5.0
+
+
+def test_scale_changes_quantization(run):
+    # At scale 1, 0.4 and 0.4 round to 0: both fit a budget of 0 and are saved.
+    result = solve(run, {"memory": [0.4, 0.4], "runtime": [1, 1], "max_memory": 0}, "--scale", "1")
+    assert result["saved"] == [0, 1]
+    result = solve(run, {"memory": [0.4, 0.4], "runtime": [1, 1], "max_memory": 0})
+    assert result["saved"] == []
+
+
+def test_time_limit_reports_status_and_bound(run):
+    code, out, _ = run("generate", "--family", "circle", "--n", "3000", "--seed", "1", "--range", "10000000")
+    assert code == 0
+    result = solve(run, json.loads(out), "--time-limit", "0.000001")
+    assert result["status"] in ("time_limit", "optimal")
+    assert result["upper_bound"] >= result["max_runtime"]
+
+
+BAD_INPUTS = [
+    ("{", "input: malformed JSON"),
+    ("", "input: malformed JSON"),
+    ("[]", "input: expected a JSON object"),
+    ('{"runtime": [1], "max_memory": 1}', "memory: missing"),
+    ('{"memory": [1], "max_memory": 1}', "runtime: missing"),
+    ('{"memory": [1], "runtime": [1]}', "max_memory: missing"),
+    ('{"memory": [1, 2], "runtime": [1], "max_memory": 1}', "runtime: has 1 entries but memory has 2"),
+    ('{"memory": [1, NaN], "runtime": [1, 1], "max_memory": 1}', "NaN and Infinity are not JSON"),
+    ('{"memory": [1, Infinity], "runtime": [1, 1], "max_memory": 1}', "NaN and Infinity are not JSON"),
+    ('{"memory": [1, -1], "runtime": [1, 1], "max_memory": 1}', "memory[1]: is negative"),
+    ('{"memory": [1], "runtime": [1], "max_memory": -1}', "max_memory: is negative"),
+    ('{"memory": [1, "a"], "runtime": [1, 1], "max_memory": 1}', "memory[1]: expected a number, got a string"),
+    ('{"memory": [1], "runtime": [null], "max_memory": 1}', "runtime[0]: expected a number, got null"),
+    ('{"memory": [1], "runtime": [1], "max_memory": "5"}', "max_memory: expected a number, got a string"),
+    ('{"memory": [1e300], "runtime": [1], "max_memory": 1}', "memory[0]: 1.0000000000000001e+300 times scale"),
+    ('{"memory": [1e308, 1e308], "runtime": [1, 1], "max_memory": 1}', "memory[0]"),
+    ('{"memory": [1], "runtime": [1e999], "max_memory": 1}', "input: malformed JSON"),
+]
+
+
+@pytest.mark.parametrize("text,message", BAD_INPUTS)
+def test_bad_input_is_one_error_line_and_exit_2(run, text, message):
+    code, out, err = run("solve", "-", stdin=text)
+    assert code == 2
+    assert out == ""
+    assert err.startswith("error: ")
+    assert err.count("\n") == 1
+    assert message in err
+
+
+@pytest.mark.parametrize("args,message", [
+    (["solve", "--solver", "ilp", "-"], "solver: unknown solver 'ilp'"),
+    (["solve", "--scale", "0", "-"], "scale: must be a positive finite number"),
+    (["solve", "--scale", "abc", "-"], "error:"),
+    (["solve", "--time-limit", "-1", "-"], "time_limit: must be a positive"),
+    (["solve", "--bogus"], "error:"),
+    (["solve", "/nonexistent/file.json"], "input: cannot open '/nonexistent/file.json'"),
+    (["pareto", "--points", "1", "-"], "points: must be at least 2"),
+    (["generate", "--family", "nope", "--n", "3", "--seed", "1"], "family: unknown family 'nope'"),
+    (["generate", "--family", "uncorrelated", "--n", "3"], "error:"),
+    ([], "error:"),
+    (["frobnicate"], "error:"),
+])
+def test_usage_errors_exit_2(run, args, message):
+    code, out, err = run(*args, stdin=json.dumps(INSTANCE))
+    assert code == 2, err
+    assert out == ""
+    assert err.startswith("error: ")
+    assert message in err
+
+
+def test_planner_memory_refusal_is_exit_3_and_names_a_solver_that_fits(run):
+    _, out, _ = run("generate", "--family", "paper_scale", "--n", "100", "--seed", "1")
+    code, stdout, err = run("solve", "--solver", "dp", "--max-planner-bytes", "100000000", "-", stdin=out)
+    assert code == 3
+    assert stdout == ""
+    assert err.startswith("error: dp needs")
+    assert "use --solver exact" in err
+    result = solve(run, json.loads(out), "--max-planner-bytes", "100000000")
+    assert result["status"] == "optimal"
+
+
+def test_help_exits_0(run):
+    code, out, _ = run("--help")
+    assert code == 0
+    assert "solve" in out
+
+
+def test_pareto_all_breakpoints_match_solve(run):
+    code, out, _ = run("pareto", "-", stdin=json.dumps(INSTANCE))
+    assert code == 0
+    front = json.loads(out)
+    points = front["points"]
+    assert points[0]["budget_quanta"] == 0
+    for a, b in itertools.pairwise(points):
+        assert a["budget_quanta"] < b["budget_quanta"] and a["max_runtime"] < b["max_runtime"]
+    for point in points:
+        budget = point["max_memory"]
+        result = solve(run, {**INSTANCE, "max_memory": budget})
+        assert result["max_runtime"] == point["max_runtime"]
+
+
+def test_pareto_evenly_spaced_points(run):
+    code, out, _ = run("pareto", "--points", "6", "-", stdin=json.dumps(INSTANCE))
+    assert code == 0
+    points = json.loads(out)["points"]
+    assert [p["max_memory"] for p in points] == [0, 1, 2, 3, 4, 5]
+    for point in points:
+        result = solve(run, {**INSTANCE, "max_memory": point["max_memory"]})
+        assert result["max_runtime"] == point["max_runtime"]
+
+
+FAMILIES = ["uncorrelated", "weakly_correlated", "strongly_correlated", "inverse_strongly_correlated",
+            "almost_strongly_correlated", "subset_sum", "spanner", "profit_ceiling", "circle",
+            "torch_like", "paper_scale"]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_generate_writes_solvable_deterministic_instances(run, family):
+    args = ["generate", "--family", family, "--n", "40", "--seed", "7", "--budget-quanta", "50000"]
+    code, out, err = run(*args)
+    assert code == 0, err
+    assert out == run(*args)[1]
+    instance = json.loads(out)
+    assert len(instance["memory"]) == len(instance["runtime"]) == 40
+    results = [solve(run, instance, "--solver", s) for s in SOLVERS]
+    exact = [r["max_runtime"] for r in results[:3]]
+    assert max(exact) - min(exact) <= 1e-9 * max(1.0, abs(exact[0]))
+    assert results[3]["max_runtime"] <= exact[0] + 1e-9 * max(1.0, abs(exact[0]))
+
+
+def test_demo_runs_every_solver_on_the_recorded_instance(run):
+    code, out, err = run("demo")
+    assert code == 0, err
+    for solver in SOLVERS:
+        assert solver in out
+    assert "recorded from torch.compile" in out
+    assert "exact plan: save" in out
+    # The demo instance's names are shown in the plan.
+    names = json.loads((ROOT / "examples/instances/gpt_d8_w256_b30_0.json").read_text())["names"]
+    assert names[0] in out
+
+
+def test_demo_on_a_file(run, tmp_path):
+    path = tmp_path / "i.json"
+    path.write_text(json.dumps(INSTANCE))
+    code, out, _ = run("demo", str(path))
+    assert code == 0
+    assert "saved:      3, 4" in out
