@@ -14,6 +14,8 @@ Command add_solve(CLI::App& app);
 Command add_pareto(CLI::App& app);
 Command add_generate(CLI::App& app);
 Command add_demo(CLI::App& app);
+Command add_chain(CLI::App& app);
+Command add_estimate(CLI::App& app);
 
 // Reads FILE, or standard input for "-" or an empty name. Throws InputError("input") when the
 // file cannot be read.

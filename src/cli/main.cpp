@@ -23,6 +23,8 @@ int main(int argc, char** argv) {
   add(remat::cli::add_pareto);
   add(remat::cli::add_generate);
   add(remat::cli::add_demo);
+  add(remat::cli::add_chain);
+  add(remat::cli::add_estimate);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

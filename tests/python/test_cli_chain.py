@@ -1,0 +1,113 @@
+"""The contract of `remat chain` and `remat estimate`, with the textbook's figures."""
+
+import json
+
+import pytest
+
+
+def chain(run, *args):
+    code, out, err = run("chain", *args)
+    assert code == 0, err
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("layers,every,memory,recompute", [
+    (16, 4, 7, 12), (16, 2, 9, None), (16, 8, 9, None), (100, 2, 51, None), (100, 5, 24, None),
+    (100, 10, 19, None), (100, 20, 24, None), (100, 50, 51, None), (10000, 100, 199, 9900),
+    (32, 4, 11, 24),
+])
+def test_every_reproduces_the_textbook(run, layers, every, memory, recompute):
+    result = chain(run, "--layers", str(layers), "--every", str(every))
+    assert result["strategy"] == "every"
+    assert result["memory"] == memory
+    if recompute is not None:
+        assert result["recompute"] == recompute
+
+
+def test_store_first_and_store_all(run):
+    assert chain(run, "--layers", "16", "--strategy", "store-first")["memory"] == 2
+    assert chain(run, "--layers", "16", "--strategy", "store-first")["recompute"] == 120
+    assert chain(run, "--layers", "16", "--strategy", "store-all")["memory"] == 16
+
+
+def test_sqrt_picks_the_best_segment(run):
+    result = chain(run, "--layers", "10000", "--strategy", "sqrt")
+    assert result["every"] == 100 and result["memory"] == 199
+
+
+def test_optimal_beats_every_at_equal_memory(run):
+    fixed = chain(run, "--layers", "16", "--every", "4")
+    best = chain(run, "--layers", "16", "--strategy", "optimal", "--memory", str(fixed["memory"]))
+    assert best["memory"] <= fixed["memory"]
+    assert best["recompute"] == 9 < fixed["recompute"]
+
+
+def test_optimal_least_memory_for_a_recompute_budget(run):
+    result = chain(run, "--layers", "16", "--strategy", "optimal", "--max-recompute", "9")
+    assert result["memory"] == 7 and result["recompute"] <= 9
+
+
+def test_optimal_answers_a_hundred_thousand_layers(run):
+    result = chain(run, "--layers", "100000", "--strategy", "optimal", "--memory", "10")
+    assert result["memory"] <= 10
+    assert result["seconds"] < 1.0
+
+
+def test_schedule_lists_actions_that_replay(run):
+    result = chain(run, "--layers", "6", "--strategy", "optimal", "--memory", "3", "--schedule")
+    schedule = result["schedule"]
+    assert len(schedule) == result["actions"]
+    # Replay: count evaluations beyond the first pass and the peak held activations.
+    held, frontier, recompute, peak, next_backward = {0}, 0, 0, 1, 6
+    for action in schedule:
+        if action["op"] == "forward":
+            first, last = action["layers"]
+            assert first - 1 in held
+            peak = max(peak, len([h for h in held if h < 6]) + (1 if first < 6 else 0))
+            recompute += max(0, min(last, frontier) - first + 1)
+            frontier = max(frontier, last)
+            if not action["keep_input"]:
+                held.discard(first - 1)
+            held.add(last)
+        elif action["op"] == "backward":
+            assert action["layer"] == next_backward and action["layer"] - 1 in held
+            next_backward -= 1
+        else:
+            held.remove(action["activation"])
+        peak = max(peak, len([h for h in held if h < 6]))
+    assert next_backward == 0
+    assert (peak, recompute) == (result["memory"], result["recompute"])
+
+
+@pytest.mark.parametrize("args,message", [
+    (["chain", "--layers", "0", "--every", "2"], "layers: must be at least 1"),
+    (["chain", "--layers", "10", "--strategy", "best"], "strategy: unknown strategy 'best'"),
+    (["chain", "--layers", "10"], "strategy: give --strategy or --every"),
+    (["chain", "--layers", "10", "--every", "0"], "strategy: give --strategy or --every"),
+    (["chain", "--layers", "10", "--strategy", "optimal"], "needs exactly one of --memory"),
+    (["chain", "--layers", "10", "--strategy", "optimal", "--memory", "1"], "memory: no schedule of 10 layers fits in 1"),
+    (["chain", "--layers", "10", "--strategy", "sqrt", "--memory", "3"], "apply to --strategy optimal"),
+    (["chain", "--layers", "10", "--strategy", "sqrt", "--every", "3"], "error:"),
+    (["chain", "--layers", "400000", "--strategy", "store-all", "--schedule"], "that --schedule prints"),
+    (["estimate", "--layers", "32", "--batch", "32", "--seq", "1024", "--hidden", "4096", "--dtype", "fp13"], "dtype: unknown dtype 'fp13'"),
+    (["estimate", "--layers", "32", "--batch", "0", "--seq", "1", "--hidden", "1"], "batch: must be at least 1"),
+    (["estimate", "--layers", "32"], "error:"),
+])
+def test_chain_errors_exit_2(run, args, message):
+    code, out, err = run(*args)
+    assert code == 2, err
+    assert out == ""
+    assert err.startswith("error: ") and message in err
+
+
+def test_estimate_reproduces_problem_12(run):
+    base = ["estimate", "--layers", "32", "--batch", "32", "--seq", "1024", "--hidden", "4096", "--dtype", "bf16"]
+    code, out, _ = run(*base)
+    result = json.loads(out)
+    assert (result["tensor_gib"], result["no_checkpoint_gib"]) == (0.25, 8.0)
+    assert json.loads(run(*base, "--tensors-per-layer", "4")[1])["no_checkpoint_gib"] == 32.0
+    assert json.loads(run(*base, "--tensors-per-layer", "10")[1])["no_checkpoint_gib"] == 80.0
+    result = json.loads(run(*base, "--every", "4")[1])
+    assert result["checkpoint_gib"] == 2.75
+    assert result["checkpoint_layer_outputs"] == 11
+    assert result["recompute_layers"] == 24
