@@ -30,7 +30,9 @@ struct Action {
     return {Kind::kForward, first, last, keep_input};
   }
   static Action backward(std::int64_t layer) { return {Kind::kBackward, layer, layer, true}; }
-  static Action free(std::int64_t activation) { return {Kind::kFree, activation, activation, true}; }
+  static Action free(std::int64_t activation) {
+    return {Kind::kFree, activation, activation, true};
+  }
 };
 
 std::string to_string(const Action& action);
@@ -114,9 +116,9 @@ struct EstimateInput {
 };
 
 struct Estimate {
-  double tensor_gib = 0;          // one B x T x H tensor
-  double no_checkpoint_gib = 0;   // layers x tensors_per_layer tensors
-  std::optional<double> checkpoint_gib;      // with --every: peak layer outputs held x tensor
+  double tensor_gib = 0;                 // one B x T x H tensor
+  double no_checkpoint_gib = 0;          // layers x tensors_per_layer tensors
+  std::optional<double> checkpoint_gib;  // with --every: peak layer outputs held x tensor
   std::optional<std::int64_t> checkpoint_tensors;
   std::optional<std::int64_t> recompute_layers;
 };

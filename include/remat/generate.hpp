@@ -14,10 +14,10 @@ struct GenerateOptions {
   std::string family;
   std::size_t n = 100;
   std::uint64_t seed = 1;
-  std::int64_t range = 1000;         // Pisinger classes: coefficients in [1, range]
-  double capacity_ratio = 0.5;       // Pisinger classes: capacity as a share of total weight
-  double budget = 0.3;               // torch-like: budget as a share of total (normalized) memory
-  double budget_quanta = 1e9;        // paper-scale: quantized budget at scale 10^4
+  std::int64_t range = 1000;    // Pisinger classes: coefficients in [1, range]
+  double capacity_ratio = 0.5;  // Pisinger classes: capacity as a share of total weight
+  double budget = 0.3;          // torch-like: budget as a share of total (normalized) memory
+  double budget_quanta = 1e9;   // paper-scale: quantized budget at scale 10^4
 };
 
 struct GeneratedInstance {

@@ -38,7 +38,8 @@ Estimate estimate(const EstimateInput& in) {
     const Simulation sim = simulate(in.layers, Strategy::kEvery, *in.every);
     out.checkpoint_tensors = sim.memory;
     out.recompute_layers = sim.recompute;
-    out.checkpoint_gib = out.tensor_gib * static_cast<double>(sim.memory + in.tensors_per_layer - 1);
+    out.checkpoint_gib =
+        out.tensor_gib * static_cast<double>(sim.memory + in.tensors_per_layer - 1);
   }
   return out;
 }

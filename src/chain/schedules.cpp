@@ -47,8 +47,8 @@ std::int64_t sqrt_segment(std::int64_t n) {
   for (std::int64_t s = 1; s <= n; ++s) {
     const std::int64_t memory = (n + s - 1) / s + s - 1;
     const bool better = memory < best_memory ||
-                        (memory == best_memory &&
-                         std::abs(static_cast<double>(s) - root) < std::abs(static_cast<double>(best) - root));
+                        (memory == best_memory && std::abs(static_cast<double>(s) - root) <
+                                                      std::abs(static_cast<double>(best) - root));
     if (better) {
       best = s;
       best_memory = memory;
@@ -79,11 +79,13 @@ Strategy parse_strategy(const std::string& name) {
                      Strategy::kOptimal}) {
     if (to_string(s) == name) return s;
   }
-  throw InputError("strategy", std::nullopt,
-                   "unknown strategy '" + name + "' (expected store-all, store-first, sqrt or optimal)");
+  throw InputError(
+      "strategy", std::nullopt,
+      "unknown strategy '" + name + "' (expected store-all, store-first, sqrt or optimal)");
 }
 
-Simulation simulate(std::int64_t n, Strategy strategy, std::int64_t parameter, const ActionSink& also) {
+Simulation simulate(std::int64_t n, Strategy strategy, std::int64_t parameter,
+                    const ActionSink& also) {
   Simulator simulator(n);
   const ActionSink sink = [&](const Action& a) {
     simulator.apply(a);

@@ -40,7 +40,9 @@ Simulator::Simulator(std::int64_t layers)
   result_.memory = held_count_;
 }
 
-void Simulator::fail(const std::string& why) const { throw InvalidSchedule(result_.actions, why); }
+void Simulator::fail(const std::string& why) const {
+  throw InvalidSchedule(result_.actions, why);
+}
 
 void Simulator::hold(std::int64_t j) {
   held_[static_cast<std::size_t>(j)] = 1;
@@ -58,15 +60,16 @@ void Simulator::apply(const Action& a) {
   switch (a.kind) {
     case Action::Kind::kForward: {
       if (a.first < 1 || a.last < a.first || a.last > n_) fail(what + ": layers out of range");
-      if (!held(a.first - 1)) fail(what + ": input a_" + std::to_string(a.first - 1) + " is not held");
+      if (!held(a.first - 1))
+        fail(what + ": input a_" + std::to_string(a.first - 1) + " is not held");
       if (held(a.last)) fail(what + ": a_" + std::to_string(a.last) + " is already held");
       // While the layers run, one working value (the latest a_k, k < n) is held besides the
       // rest; without keep_input it takes the input's place from the first layer on.
       const std::int64_t base = held_count_ - (a.keep_input ? 0 : 1);
       const std::int64_t working = a.first < n_ ? 1 : 0;
       result_.memory = std::max(result_.memory, base + working);
-      const std::int64_t already = std::max<std::int64_t>(
-          0, std::min(a.last, frontier_) - a.first + 1);
+      const std::int64_t already =
+          std::max<std::int64_t>(0, std::min(a.last, frontier_) - a.first + 1);
       result_.recompute += already;
       frontier_ = std::max(frontier_, a.last);
       if (!a.keep_input) drop(a.first - 1);
@@ -74,11 +77,13 @@ void Simulator::apply(const Action& a) {
       break;
     }
     case Action::Kind::kBackward:
-      if (frontier_ < n_) fail(what + ": the first forward pass has not reached a_" + std::to_string(n_));
+      if (frontier_ < n_)
+        fail(what + ": the first forward pass has not reached a_" + std::to_string(n_));
       if (a.first != next_backward_) {
         fail(what + ": expected backward " + std::to_string(next_backward_) + " next");
       }
-      if (!held(a.first - 1)) fail(what + ": needs a_" + std::to_string(a.first - 1) + ", which is not held");
+      if (!held(a.first - 1))
+        fail(what + ": needs a_" + std::to_string(a.first - 1) + ", which is not held");
       --next_backward_;
       break;
     case Action::Kind::kFree:
@@ -91,8 +96,8 @@ void Simulator::apply(const Action& a) {
 
 Simulation Simulator::finish() const {
   if (next_backward_ != 0) {
-    throw InvalidSchedule(result_.actions, "schedule ended before backward " +
-                                               std::to_string(next_backward_));
+    throw InvalidSchedule(result_.actions,
+                          "schedule ended before backward " + std::to_string(next_backward_));
   }
   return result_;
 }

@@ -44,7 +44,8 @@ Command add_chain(CLI::App& app) {
   auto* sub = app.add_subcommand("chain", "Plan and simulate checkpointing on a chain of layers");
   auto o = std::make_shared<ChainOptions>();
   sub->add_option("--layers", o->layers, "Number of layers n")->required();
-  auto* strategy = sub->add_option("--strategy", o->strategy, "store-all | store-first | sqrt | optimal");
+  auto* strategy =
+      sub->add_option("--strategy", o->strategy, "store-all | store-first | sqrt | optimal");
   auto* every = sub->add_option("--every", o->every, "A checkpoint every S layers");
   strategy->excludes(every);
   sub->add_option("--memory", o->memory, "optimal: activations that may be held at once");
@@ -57,25 +58,29 @@ Command add_chain(CLI::App& app) {
     chain::Strategy strategy;
     std::int64_t parameter = 0;
     if (o->every != 0 || o->strategy.empty()) {
-      if (o->every < 1) throw InputError("strategy", std::nullopt, "give --strategy or --every S (S >= 1)");
+      if (o->every < 1)
+        throw InputError("strategy", std::nullopt, "give --strategy or --every S (S >= 1)");
       strategy = chain::Strategy::kEvery;
       parameter = o->every;
     } else {
       strategy = chain::parse_strategy(o->strategy);
     }
     if ((o->memory || o->max_recompute) && strategy != chain::Strategy::kOptimal) {
-      throw InputError("memory", std::nullopt, "--memory and --max-recompute apply to --strategy optimal");
+      throw InputError("memory", std::nullopt,
+                       "--memory and --max-recompute apply to --strategy optimal");
     }
     if (strategy == chain::Strategy::kOptimal) {
       if (o->memory.has_value() == o->max_recompute.has_value()) {
-        throw InputError("memory", std::nullopt, "--strategy optimal needs exactly one of --memory and --max-recompute");
+        throw InputError("memory", std::nullopt,
+                         "--strategy optimal needs exactly one of --memory and --max-recompute");
       }
       parameter = o->memory ? *o->memory : chain::optimal_memory(o->layers, *o->max_recompute);
       if (parameter < 1) throw InputError("memory", std::nullopt, "must be at least 1");
     }
     const auto start = std::chrono::steady_clock::now();
     const chain::Simulation sim = chain::simulate(o->layers, strategy, parameter);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     json actions = json::array();
     if (o->schedule) {
       if (sim.actions > kMaxPrintedActions) {
@@ -86,9 +91,9 @@ Command add_chain(CLI::App& app) {
       chain::simulate(o->layers, strategy, parameter,
                       [&](const chain::Action& a) { actions.push_back(action_json(a)); });
     }
-    json out{{"layers", o->layers},        {"strategy", chain::to_string(strategy)},
-             {"memory", sim.memory},       {"recompute", sim.recompute},
-             {"actions", sim.actions},     {"seconds", seconds}};
+    json out{{"layers", o->layers},    {"strategy", chain::to_string(strategy)},
+             {"memory", sim.memory},   {"recompute", sim.recompute},
+             {"actions", sim.actions}, {"seconds", seconds}};
     if (strategy == chain::Strategy::kEvery) out["every"] = parameter;
     if (strategy == chain::Strategy::kSqrt) out["every"] = chain::sqrt_segment(o->layers);
     if (strategy == chain::Strategy::kOptimal) out["memory_limit"] = parameter;
@@ -98,7 +103,8 @@ Command add_chain(CLI::App& app) {
 }
 
 Command add_estimate(CLI::App& app) {
-  auto* sub = app.add_subcommand("estimate", "Activation memory of a transformer-like model, in GiB");
+  auto* sub =
+      app.add_subcommand("estimate", "Activation memory of a transformer-like model, in GiB");
   auto in = std::make_shared<chain::EstimateInput>();
   auto dtype = std::make_shared<std::string>("bf16");
   sub->add_option("--layers", in->layers, "Layers")->required();
@@ -106,7 +112,8 @@ Command add_estimate(CLI::App& app) {
   sub->add_option("--seq", in->seq, "Sequence length")->required();
   sub->add_option("--hidden", in->hidden, "Hidden width")->required();
   sub->add_option("--dtype", *dtype, "bf16 | fp16 | fp32 | fp64 | fp8 | int8 (default bf16)");
-  sub->add_option("--tensors-per-layer", in->tensors_per_layer, "Saved tensors per layer (default 1)");
+  sub->add_option("--tensors-per-layer", in->tensors_per_layer,
+                  "Saved tensors per layer (default 1)");
   sub->add_option("--every", in->every, "Checkpoint layer outputs every S layers");
   return [=] {
     chain::EstimateInput input = *in;

@@ -27,7 +27,8 @@ std::string human_bytes(std::size_t bytes) {
   return text;
 }
 
-std::string item_list(const std::vector<std::size_t>& items, const std::vector<std::string>& names) {
+std::string item_list(const std::vector<std::size_t>& items,
+                      const std::vector<std::string>& names) {
   std::string out;
   for (std::size_t i : items) {
     if (!out.empty()) out += ", ";
@@ -74,7 +75,8 @@ Command add_demo(CLI::App& app) {
     print_table(problem, results);
     const KnapsackResult& best = results.front();
     std::cout << "\nexact plan: save " << best.saved.size() << ", recompute "
-              << best.recomputed.size() << "\n  saved:      " << item_list(best.saved, instance.names)
+              << best.recomputed.size()
+              << "\n  saved:      " << item_list(best.saved, instance.names)
               << "\n  recomputed: " << item_list(best.recomputed, instance.names) << "\n";
   };
 }

@@ -53,7 +53,8 @@ Command add_solve(CLI::App& app) {
   auto solver = std::make_shared<std::string>("exact");
   auto time_limit = std::make_shared<std::optional<double>>();
   sub->add_option("--solver", *solver, "exact | sliding_hirschberg | dp | greedy");
-  sub->add_option("--time-limit", *time_limit, "Seconds; the exact solver then returns its best plan");
+  sub->add_option("--time-limit", *time_limit,
+                  "Seconds; the exact solver then returns its best plan");
   add_common(sub, *common);
   return [=] {
     SolveOptions options;

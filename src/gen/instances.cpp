@@ -46,7 +46,8 @@ struct IntegerItems {
 std::int64_t correlated_profit(const std::string& family, std::int64_t w, std::int64_t r,
                                SplitMix64& rng) {
   if (family == "uncorrelated") return rng.uniform(1, r);
-  if (family == "weakly_correlated") return std::max<std::int64_t>(1, rng.uniform(w - r / 10, w + r / 10));
+  if (family == "weakly_correlated")
+    return std::max<std::int64_t>(1, rng.uniform(w - r / 10, w + r / 10));
   if (family == "strongly_correlated") return w + r / 10;
   if (family == "almost_strongly_correlated") {
     return rng.uniform(w + r / 10 - r / 500, w + r / 10 + r / 500);
@@ -102,7 +103,8 @@ GeneratedInstance from_integers(const IntegerItems& items, double capacity_ratio
     instance.input.runtime.push_back(static_cast<double>(items.profit[i]));
     total += items.weight[i];
   }
-  const auto capacity = static_cast<std::int64_t>(std::floor(capacity_ratio * static_cast<double>(total)));
+  const auto capacity =
+      static_cast<std::int64_t>(std::floor(capacity_ratio * static_cast<double>(total)));
   instance.input.max_memory = static_cast<double>(capacity) / kDefaultScale;
   return instance;
 }
@@ -146,11 +148,17 @@ GeneratedInstance paper_scale(const GenerateOptions& o, SplitMix64& rng) {
 }  // namespace
 
 const std::vector<std::string>& generator_families() {
-  static const std::vector<std::string> families{
-      "uncorrelated",     "weakly_correlated", "strongly_correlated",
-      "inverse_strongly_correlated", "almost_strongly_correlated", "subset_sum",
-      "spanner",          "profit_ceiling",    "circle",
-      "torch_like",       "paper_scale"};
+  static const std::vector<std::string> families{"uncorrelated",
+                                                 "weakly_correlated",
+                                                 "strongly_correlated",
+                                                 "inverse_strongly_correlated",
+                                                 "almost_strongly_correlated",
+                                                 "subset_sum",
+                                                 "spanner",
+                                                 "profit_ceiling",
+                                                 "circle",
+                                                 "torch_like",
+                                                 "paper_scale"};
   return families;
 }
 
@@ -159,7 +167,8 @@ GeneratedInstance generate(const GenerateOptions& o) {
   if (std::find(families.begin(), families.end(), o.family) == families.end()) {
     std::string list;
     for (const auto& f : families) list += (list.empty() ? "" : ", ") + f;
-    throw InputError("family", std::nullopt, "unknown family '" + o.family + "' (one of: " + list + ")");
+    throw InputError("family", std::nullopt,
+                     "unknown family '" + o.family + "' (one of: " + list + ")");
   }
   if (o.n > 10'000'000) throw InputError("n", std::nullopt, "must be at most 10^7");
   if (o.range < 10 || o.range > (std::int64_t{1} << 40)) {
@@ -168,7 +177,8 @@ GeneratedInstance generate(const GenerateOptions& o) {
   if (!(o.capacity_ratio > 0 && o.capacity_ratio < 1)) {
     throw InputError("capacity_ratio", std::nullopt, "must be in (0, 1)");
   }
-  if (!(o.budget > 0 && o.budget < 1)) throw InputError("budget", std::nullopt, "must be in (0, 1)");
+  if (!(o.budget > 0 && o.budget < 1))
+    throw InputError("budget", std::nullopt, "must be in (0, 1)");
   if (!(o.budget_quanta >= 1 && o.budget_quanta <= 1e15)) {
     throw InputError("budget_quanta", std::nullopt, "must be between 1 and 10^15");
   }

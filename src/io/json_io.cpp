@@ -20,14 +20,16 @@ std::string type_name(const json& value) {
 }
 
 double number_at(const json& value, const std::string& field, std::optional<std::size_t> index) {
-  if (!value.is_number()) throw InputError(field, index, "expected a number, got " + type_name(value));
+  if (!value.is_number())
+    throw InputError(field, index, "expected a number, got " + type_name(value));
   return value.get<double>();
 }
 
 std::vector<double> number_array(const json& root, const std::string& field) {
   const auto it = root.find(field);
   if (it == root.end()) throw InputError(field, std::nullopt, "missing");
-  if (!it->is_array()) throw InputError(field, std::nullopt, "expected an array, got " + type_name(*it));
+  if (!it->is_array())
+    throw InputError(field, std::nullopt, "expected an array, got " + type_name(*it));
   std::vector<double> values;
   values.reserve(it->size());
   for (std::size_t i = 0; i < it->size(); ++i) values.push_back(number_at((*it)[i], field, i));
@@ -46,7 +48,8 @@ json parse_document(std::string_view text) {
   } catch (const json::parse_error& e) {
     std::string detail = without_exception_id(e.what());
     const std::size_t at = e.byte > 0 ? e.byte - 1 : 0;
-    if (at < text.size() && (text[at] == 'N' || text[at] == 'I' || text[at] == 'n' || text[at] == 'i')) {
+    if (at < text.size() &&
+        (text[at] == 'N' || text[at] == 'I' || text[at] == 'n' || text[at] == 'i')) {
       detail += " (NaN and Infinity are not JSON; every value must be a finite number)";
     }
     throw InputError("input", std::nullopt, "malformed JSON: " + detail);

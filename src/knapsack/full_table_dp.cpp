@@ -22,7 +22,8 @@ std::size_t row_words(std::int64_t capacity) {
 
 std::size_t full_table_bytes(const ReducedProblem& p) {
   const std::size_t cells = row_words(p.capacity) * p.size();
-  return cells * sizeof(std::uint64_t) + (static_cast<std::size_t>(p.capacity) + 1) * sizeof(double);
+  return cells * sizeof(std::uint64_t) +
+         (static_cast<std::size_t>(p.capacity) + 1) * sizeof(double);
 }
 
 ReducedSolution solve_full_table_dp(const ReducedProblem& p, PlannerMemory& memory) {

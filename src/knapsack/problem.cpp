@@ -1,10 +1,11 @@
 // Validation and quantization: the one place where user input becomes a KnapsackProblem.
+#include "remat/problem.hpp"
+
 #include <cmath>
 #include <limits>
 #include <sstream>
 
 #include "remat/errors.hpp"
-#include "remat/problem.hpp"
 
 namespace remat {
 
@@ -63,8 +64,8 @@ KnapsackProblem quantize(const KnapsackInput& input) {
   }
   if (input.runtime.size() != input.memory.size()) {
     throw InputError("runtime", std::nullopt,
-                     "has " + std::to_string(input.runtime.size()) +
-                         " entries but memory has " + std::to_string(input.memory.size()));
+                     "has " + std::to_string(input.runtime.size()) + " entries but memory has " +
+                         std::to_string(input.memory.size()));
   }
   KnapsackProblem problem;
   problem.scale = input.scale;

@@ -29,9 +29,9 @@ ReducedProblem reduce(const KnapsackProblem& problem) {
 
 void PlannerMemory::reserve(std::size_t bytes) {
   if (bytes > cap_ || current_ > cap_ - bytes) {
-    throw PlannerMemoryError(solver_name_ + " needs more than " +
-                             std::to_string(cap_) + " bytes of planner memory (had " +
-                             std::to_string(current_) + ", asked " + std::to_string(bytes) + ")");
+    throw PlannerMemoryError(solver_name_ + " needs more than " + std::to_string(cap_) +
+                             " bytes of planner memory (had " + std::to_string(current_) +
+                             ", asked " + std::to_string(bytes) + ")");
   }
   current_ += bytes;
   peak_ = std::max(peak_, current_);
@@ -44,9 +44,8 @@ std::vector<std::uint32_t> order_by_efficiency(const ReducedProblem& p) {
   }
   std::vector<std::uint32_t> order(p.size());
   std::iota(order.begin(), order.end(), 0u);
-  std::stable_sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
-    return efficiency[a] > efficiency[b];
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::uint32_t a, std::uint32_t b) { return efficiency[a] > efficiency[b]; });
   return order;
 }
 

@@ -23,7 +23,7 @@ struct ReducedProblem {
   std::vector<std::int64_t> weight;         // 1 <= weight[k] <= capacity
   std::vector<double> value;                // > 0
   std::int64_t capacity = 0;
-  std::vector<std::size_t> forced_saved;    // weight 0, runtime > 0
+  std::vector<std::size_t> forced_saved;  // weight 0, runtime > 0
 
   std::size_t size() const { return weight.size(); }
 };

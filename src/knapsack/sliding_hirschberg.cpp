@@ -54,8 +54,7 @@ struct Segment {
 
 std::size_t sliding_hirschberg_bytes(const ReducedProblem& p) {
   const std::size_t width = static_cast<std::size_t>(p.capacity) + 1;
-  return 2 * width * sizeof(double) + (p.size() + 1) * sizeof(std::int64_t) +
-         64 * sizeof(Segment);
+  return 2 * width * sizeof(double) + (p.size() + 1) * sizeof(std::int64_t) + 64 * sizeof(Segment);
 }
 
 ReducedSolution solve_sliding_hirschberg(const ReducedProblem& p, PlannerMemory& memory) {
@@ -81,10 +80,10 @@ ReducedSolution solve_sliding_hirschberg(const ReducedProblem& p, PlannerMemory&
       continue;
     }
     const std::size_t mid = s.lo + (s.hi - s.lo) / 2;
-    const auto cap_left = static_cast<std::size_t>(
-        std::min(s.capacity, prefix_weight[mid] - prefix_weight[s.lo]));
-    const auto cap_right = static_cast<std::size_t>(
-        std::min(s.capacity, prefix_weight[s.hi] - prefix_weight[mid]));
+    const auto cap_left =
+        static_cast<std::size_t>(std::min(s.capacity, prefix_weight[mid] - prefix_weight[s.lo]));
+    const auto cap_right =
+        static_cast<std::size_t>(std::min(s.capacity, prefix_weight[s.hi] - prefix_weight[mid]));
     fill_row(p, s.lo, mid, cap_left, left.data());
     fill_row(p, mid, s.hi, cap_right, right.data());
     // Both rows are nondecreasing, so giving the right half everything the left does not use is

@@ -51,9 +51,8 @@ std::int64_t total_weight(const detail::ReducedProblem& reduced) {
   return sum;
 }
 
-detail::ReducedSolution dispatch(const detail::ReducedProblem& reduced,
-                                 const SolveOptions& options, detail::PlannerMemory& memory,
-                                 Clock::time_point start) {
+detail::ReducedSolution dispatch(const detail::ReducedProblem& reduced, const SolveOptions& options,
+                                 detail::PlannerMemory& memory, Clock::time_point start) {
   if (total_weight(reduced) <= reduced.capacity) {
     // Everything fits: the plan saves every item and is optimal for every solver.
     return {std::vector<char>(reduced.size(), 1), SolveStatus::kOptimal, 0.0};
@@ -85,7 +84,9 @@ detail::ReducedSolution dispatch(const detail::ReducedProblem& reduced,
   throw InputError("solver", std::nullopt, "unknown solver");
 }
 
-std::string bytes_text(std::size_t bytes) { return std::to_string(bytes) + " bytes"; }
+std::string bytes_text(std::size_t bytes) {
+  return std::to_string(bytes) + " bytes";
+}
 
 // A table solver's need is known up front; refuse it before anything is allocated, and say
 // which solver would fit instead.
@@ -101,8 +102,7 @@ void check_table_solver_fits(const detail::ReducedProblem& reduced, Solver solve
   }
   throw PlannerMemoryError(to_string(solver) + " needs " + bytes_text(need) +
                            " of planner memory, over the cap of " + bytes_text(cap) +
-                           "; use --solver " + alternative +
-                           " (or raise --max-planner-bytes)");
+                           "; use --solver " + alternative + " (or raise --max-planner-bytes)");
 }
 
 }  // namespace
@@ -134,8 +134,8 @@ std::string to_string(Solver solver) {
 }
 
 const std::vector<Solver>& all_solvers() {
-  static const std::vector<Solver> solvers{Solver::kExact, Solver::kSlidingHirschberg,
-                                           Solver::kDp, Solver::kGreedy};
+  static const std::vector<Solver> solvers{Solver::kExact, Solver::kSlidingHirschberg, Solver::kDp,
+                                           Solver::kGreedy};
   return solvers;
 }
 
@@ -143,8 +143,9 @@ Solver parse_solver(const std::string& name) {
   for (Solver s : all_solvers()) {
     if (to_string(s) == name) return s;
   }
-  throw InputError("solver", std::nullopt,
-                   "unknown solver '" + name + "' (expected exact, sliding_hirschberg, dp or greedy)");
+  throw InputError(
+      "solver", std::nullopt,
+      "unknown solver '" + name + "' (expected exact, sliding_hirschberg, dp or greedy)");
 }
 
 std::size_t default_max_planner_bytes() {

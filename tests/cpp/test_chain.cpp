@@ -12,7 +12,9 @@
 namespace remat::chain {
 namespace {
 
-Simulation every(std::int64_t n, std::int64_t s) { return simulate(n, Strategy::kEvery, s); }
+Simulation every(std::int64_t n, std::int64_t s) {
+  return simulate(n, Strategy::kEvery, s);
+}
 
 TEST(Textbook, SixteenLayers) {
   EXPECT_EQ(every(16, 4).memory, 7);
@@ -118,7 +120,8 @@ TEST(Optimal, SimulatedScheduleAchievesTheOptimumWithinMemory) {
 // Exhaustive search over every schedule (unit actions) on small chains: Dijkstra on states
 // (held set, first-pass frontier, next backward) under a memory cap.
 std::int64_t exhaustive_min_recompute(int n, int memory) {
-  using State = std::tuple<std::uint32_t, int, int>;  // held mask over a_0..a_{n-1}, frontier, next bw
+  using State =
+      std::tuple<std::uint32_t, int, int>;  // held mask over a_0..a_{n-1}, frontier, next bw
   std::map<State, std::int64_t> dist;
   using Entry = std::pair<std::int64_t, State>;
   std::priority_queue<Entry, std::vector<Entry>, std::greater<>> queue;
@@ -214,13 +217,15 @@ TEST(Simulator, RejectsInvalidSchedulesNamingTheStep) {
   // input not held
   EXPECT_EQ(failing_step(3, {Action::forward(1, 3, false), Action::forward(1, 1)}), 2);
   // wrong backward order
-  EXPECT_EQ(failing_step(2, {Action::forward(1, 1), Action::forward(2, 2), Action::backward(1)}), 3);
+  EXPECT_EQ(failing_step(2, {Action::forward(1, 1), Action::forward(2, 2), Action::backward(1)}),
+            3);
   // backward without its input
   EXPECT_EQ(failing_step(2, {Action::forward(1, 2), Action::backward(2)}), 2);
   // freeing what is not held
   EXPECT_EQ(failing_step(2, {Action::free(1)}), 1);
   // ends early
-  EXPECT_EQ(failing_step(2, {Action::forward(1, 1), Action::forward(2, 2), Action::backward(2)}), 3);
+  EXPECT_EQ(failing_step(2, {Action::forward(1, 1), Action::forward(2, 2), Action::backward(2)}),
+            3);
   EXPECT_EQ(failing_step(1, {Action::forward(1, 1), Action::backward(1)}), -1);
 }
 

@@ -44,7 +44,8 @@ TEST(ReadInstance, MalformedJsonIsAnInputError) {
   EXPECT_NE(error_of("").find("input: malformed JSON"), std::string::npos);
   const std::string nan = error_of(R"({"memory": [NaN], "runtime": [1], "max_memory": 1})");
   EXPECT_NE(nan.find("NaN and Infinity are not JSON"), std::string::npos) << nan;
-  EXPECT_NE(error_of("{\"memory\": [1], \"x\": \"\xff\"}").find("malformed JSON"), std::string::npos);
+  EXPECT_NE(error_of("{\"memory\": [1], \"x\": \"\xff\"}").find("malformed JSON"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -73,9 +73,9 @@ TEST(Issue197871, NoSolverGoesOverBudget) {
   for (int items = 1; items <= 9; ++items) {
     for (int budget = 0; budget <= items + 1; ++budget) {
       for (int spare : {0, 1}) {
-        const KnapsackProblem p = quantize({std::vector<double>(items, 1e-4),
-                                            std::vector<double>(items, 1.0),
-                                            (budget + spare) * 1e-4, kDefaultScale});
+        const KnapsackProblem p =
+            quantize({std::vector<double>(items, 1e-4), std::vector<double>(items, 1.0),
+                      (budget + spare) * 1e-4, kDefaultScale});
         for (Solver s : all_solvers()) {
           const KnapsackResult r = solve_with(p, s);
           EXPECT_EQ(r.saved.size(), static_cast<std::size_t>(std::min(items, budget + spare)))

@@ -30,7 +30,9 @@ inline double brute_force_value(const KnapsackProblem& p) {
   return best;
 }
 
-inline double tolerance(double x) { return 1e-9 * std::max(1.0, std::abs(x)); }
+inline double tolerance(double x) {
+  return 1e-9 * std::max(1.0, std::abs(x));
+}
 
 // Checks every field of a result that must hold for any solver: a partition of the items, sums
 // that match the plan, the budget respected, the semantics of forced items.
@@ -86,7 +88,8 @@ inline KnapsackProblem random_small(std::mt19937_64& rng, std::size_t n, std::in
     in.memory.push_back(static_cast<double>(weight(rng)));
     in.runtime.push_back(static_cast<double>(value(rng)));
   }
-  std::uniform_int_distribution<std::int64_t> cap(0, max_weight * static_cast<std::int64_t>(n) / 2 + 1);
+  std::uniform_int_distribution<std::int64_t> cap(
+      0, max_weight * static_cast<std::int64_t>(n) / 2 + 1);
   in.max_memory = static_cast<double>(cap(rng));
   return quantize(in);
 }
