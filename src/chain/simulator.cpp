@@ -56,13 +56,13 @@ void Simulator::drop(std::int64_t j) {
 
 void Simulator::apply(const Action& a) {
   ++result_.actions;
-  const std::string what = to_string(a);
+  // The action's text is built only when a step fails: this loop is the simulator's hot path.
+  auto reject = [&](const std::string& why) { fail(to_string(a) + ": " + why); };
   switch (a.kind) {
     case Action::Kind::kForward: {
-      if (a.first < 1 || a.last < a.first || a.last > n_) fail(what + ": layers out of range");
-      if (!held(a.first - 1))
-        fail(what + ": input a_" + std::to_string(a.first - 1) + " is not held");
-      if (held(a.last)) fail(what + ": a_" + std::to_string(a.last) + " is already held");
+      if (a.first < 1 || a.last < a.first || a.last > n_) reject("layers out of range");
+      if (!held(a.first - 1)) reject("input a_" + std::to_string(a.first - 1) + " is not held");
+      if (held(a.last)) reject("a_" + std::to_string(a.last) + " is already held");
       // While the layers run, one working value (the latest a_k, k < n) is held besides the
       // rest; without keep_input it takes the input's place from the first layer on.
       const std::int64_t base = held_count_ - (a.keep_input ? 0 : 1);
@@ -77,17 +77,16 @@ void Simulator::apply(const Action& a) {
       break;
     }
     case Action::Kind::kBackward:
-      if (frontier_ < n_)
-        fail(what + ": the first forward pass has not reached a_" + std::to_string(n_));
+      if (frontier_ < n_) reject("the first forward pass has not reached a_" + std::to_string(n_));
       if (a.first != next_backward_) {
-        fail(what + ": expected backward " + std::to_string(next_backward_) + " next");
+        reject("expected backward " + std::to_string(next_backward_) + " next");
       }
       if (!held(a.first - 1))
-        fail(what + ": needs a_" + std::to_string(a.first - 1) + ", which is not held");
+        reject("needs a_" + std::to_string(a.first - 1) + ", which is not held");
       --next_backward_;
       break;
     case Action::Kind::kFree:
-      if (a.first < 0 || a.first > n_ || !held(a.first)) fail(what + ": not held");
+      if (a.first < 0 || a.first > n_ || !held(a.first)) reject("not held");
       drop(a.first);
       break;
   }

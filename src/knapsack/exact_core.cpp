@@ -148,24 +148,33 @@ class ExpandingCore {
     return state.value - static_cast<double>(state.weight - p_.capacity) * drop_efficiency;
   }
 
-  void prune(std::ptrdiff_t s, std::ptrdiff_t t) {
+  // The bound's inputs while items at positions >= s are out and <= t are in.
+  struct BoundInputs {
+    double add_efficiency, drop_efficiency;
+    bool can_drop;
+  };
+
+  BoundInputs bound_inputs(std::ptrdiff_t s, std::ptrdiff_t t) const {
     const auto m = static_cast<std::ptrdiff_t>(order_.size());
-    const double add_eff = s < m ? efficiency(s) : 0.0;
-    const double drop_eff = t >= 0 ? efficiency(t) : 0.0;
+    return {s < m ? efficiency(s) : 0.0, t >= 0 ? efficiency(t) : 0.0, t >= 0};
+  }
+
+  void prune(std::ptrdiff_t s, std::ptrdiff_t t) {
+    const BoundInputs in = bound_inputs(s, t);
     std::size_t kept = 0;
     for (const State& state : states_) {
-      if (can_beat_incumbent(bound(state, add_eff, drop_eff, t >= 0))) states_[kept++] = state;
+      if (can_beat_incumbent(bound(state, in.add_efficiency, in.drop_efficiency, in.can_drop))) {
+        states_[kept++] = state;
+      }
     }
     states_.resize(kept);
   }
 
   double remaining_bound(std::ptrdiff_t s, std::ptrdiff_t t) const {
-    const auto m = static_cast<std::ptrdiff_t>(order_.size());
-    const double add_eff = s < m ? efficiency(s) : 0.0;
-    const double drop_eff = t >= 0 ? efficiency(t) : 0.0;
+    const BoundInputs in = bound_inputs(s, t);
     double result = best_value_;
     for (const State& state : states_) {
-      result = std::max(result, bound(state, add_eff, drop_eff, t >= 0));
+      result = std::max(result, bound(state, in.add_efficiency, in.drop_efficiency, in.can_drop));
     }
     return result;
   }

@@ -52,8 +52,9 @@ std::int64_t total_weight(const detail::ReducedProblem& reduced) {
 }
 
 detail::ReducedSolution dispatch(const detail::ReducedProblem& reduced, const SolveOptions& options,
-                                 detail::PlannerMemory& memory, Clock::time_point start) {
-  if (total_weight(reduced) <= reduced.capacity) {
+                                 detail::PlannerMemory& memory, Clock::time_point start,
+                                 bool everything_fits) {
+  if (everything_fits) {
     // Everything fits: the plan saves every item and is optimal for every solver.
     return {std::vector<char>(reduced.size(), 1), SolveStatus::kOptimal, 0.0};
   }
@@ -176,10 +177,10 @@ KnapsackResult solve(const KnapsackProblem& problem, const SolveOptions& options
       options.max_planner_bytes ? options.max_planner_bytes : default_max_planner_bytes();
   const detail::ReducedProblem reduced = detail::reduce(problem);
   detail::PlannerMemory memory(cap, to_string(options.solver).c_str());
-  if (total_weight(reduced) > reduced.capacity) {
-    check_table_solver_fits(reduced, options.solver, cap);
-  }
-  const detail::ReducedSolution solution = dispatch(reduced, options, memory, start);
+  const bool everything_fits = total_weight(reduced) <= reduced.capacity;
+  if (!everything_fits) check_table_solver_fits(reduced, options.solver, cap);
+  const detail::ReducedSolution solution =
+      dispatch(reduced, options, memory, start, everything_fits);
   KnapsackResult result = assemble(problem, reduced, solution);
   result.solver = to_string(options.solver);
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
