@@ -55,6 +55,21 @@ struct Simulation {
   std::int64_t memory = 0;     // peak activations held among a_0..a_{n-1}
   std::int64_t recompute = 0;  // layer evaluations after the first computation
   std::int64_t actions = 0;
+  std::int64_t memory_bytes = 0;  // peak bytes held (equals memory on a unit chain)
+  double recompute_time = 0;      // forward time of the recomputed evaluations
+};
+
+// A heterogeneous chain: the bytes of every activation and the forward time of every layer.
+struct ChainProfile {
+  std::vector<std::int64_t> activation_bytes;  // [0]: the input a_0; [i]: a_i, i = 1..n
+  std::vector<double> forward_time;            // [i]: layer i, i = 1..n; [0] is unused
+  std::vector<std::string> names;              // [i]: layer i's name (optional; [0] unused)
+
+  std::int64_t layers() const { return static_cast<std::int64_t>(activation_bytes.size()) - 1; }
+  // Every activation 1 byte, every layer 1 time unit: the unit model.
+  static ChainProfile uniform(std::int64_t layers);
+  // Throws InputError naming layers[i].field for negative or non-finite entries.
+  void validate() const;
 };
 
 // Executes a schedule on a chain of n layers, starting with a_0 held. Rejects the first invalid
@@ -62,6 +77,8 @@ struct Simulation {
 class Simulator {
  public:
   explicit Simulator(std::int64_t layers);
+  // Also measures bytes and time (O(n log n) set-up for range maxima of activation sizes).
+  explicit Simulator(const ChainProfile& profile);
   void apply(const Action& action);
   Simulation finish() const;
 
@@ -70,13 +87,20 @@ class Simulator {
   bool held(std::int64_t j) const { return held_[static_cast<std::size_t>(j)] != 0; }
   void hold(std::int64_t j);
   void drop(std::int64_t j);
+  std::int64_t bytes(std::int64_t j) const;
+  std::int64_t largest_bytes(std::int64_t first, std::int64_t last) const;  // over a_first..a_last
+  double time_of(std::int64_t first, std::int64_t last) const;              // layers first..last
 
   std::int64_t n_;
   std::vector<char> held_;
   std::int64_t held_count_ = 0;  // among a_0..a_{n-1}
+  std::int64_t held_bytes_ = 0;  // among a_0..a_{n-1}
   std::int64_t frontier_ = 0;    // a_1..a_frontier have been computed at least once
   std::int64_t next_backward_;
   Simulation result_;
+  // Empty on a unit chain.
+  std::vector<std::vector<std::int64_t>> max_bytes_;  // sparse table: level k covers 2^k entries
+  std::vector<double> time_prefix_;                   // time_prefix_[i] = time of layers 1..i
 };
 
 enum class Strategy { kStoreAll, kStoreFirst, kEvery, kSqrt, kOptimal };
@@ -101,9 +125,31 @@ std::int64_t optimal_memory(std::int64_t layers, std::int64_t recompute);
 // Emits an optimal schedule for `memory` (throws InputError if none fits).
 void schedule_optimal(std::int64_t layers, std::int64_t memory, const ActionSink& sink);
 
+// --- optimal schedules for heterogeneous chains under a budget in bytes ---
+
+struct ProfilePlan {
+  Simulation simulation;        // measured by the simulator in true bytes and times
+  std::int64_t unit_bytes = 0;  // the discretization step
+  std::int64_t slots = 0;       // budget / unit_bytes
+  double predicted_recompute_time = 0;
+};
+
+// The least recompute time that fits `budget_bytes`, by an exact dynamic program over
+// (segment, memory in units of ceil(budget / slots) bytes). Sizes are rounded up to whole units,
+// so every plan fits the true budget; the plan is optimal among schedules whose rounded sizes
+// fit, and at least as good as the true optimum for budget_bytes - n * unit_bytes.
+// Throws InputError("budget") when nothing fits, stating the least feasible budget, and
+// PlannerMemoryError when the table would exceed max_planner_bytes.
+ProfilePlan plan_profile(const ChainProfile& profile, std::int64_t budget_bytes, std::int64_t slots,
+                         std::size_t max_planner_bytes, const ActionSink& also = nullptr);
+
 // Runs a strategy through the simulator. `parameter` is the segment length for kEvery and the
 // memory for kOptimal; ignored otherwise.
 Simulation simulate(std::int64_t layers, Strategy strategy, std::int64_t parameter,
+                    const ActionSink& also = nullptr);
+// The same on a heterogeneous chain, measuring bytes and times too. kOptimal here is the unit
+// model's schedule (use plan_profile for the byte-budget optimum).
+Simulation simulate(const ChainProfile& profile, Strategy strategy, std::int64_t parameter,
                     const ActionSink& also = nullptr);
 
 // --- activation memory estimate of a transformer-like model (textbook problem 12) ---

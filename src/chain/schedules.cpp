@@ -84,9 +84,10 @@ Strategy parse_strategy(const std::string& name) {
       "unknown strategy '" + name + "' (expected store-all, store-first, sqrt or optimal)");
 }
 
-Simulation simulate(std::int64_t n, Strategy strategy, std::int64_t parameter,
-                    const ActionSink& also) {
-  Simulator simulator(n);
+namespace {
+
+Simulation run_strategy(Simulator& simulator, std::int64_t n, Strategy strategy,
+                        std::int64_t parameter, const ActionSink& also) {
   const ActionSink sink = [&](const Action& a) {
     simulator.apply(a);
     if (also) also(a);
@@ -109,6 +110,20 @@ Simulation simulate(std::int64_t n, Strategy strategy, std::int64_t parameter,
       break;
   }
   return simulator.finish();
+}
+
+}  // namespace
+
+Simulation simulate(std::int64_t n, Strategy strategy, std::int64_t parameter,
+                    const ActionSink& also) {
+  Simulator simulator(n);
+  return run_strategy(simulator, n, strategy, parameter, also);
+}
+
+Simulation simulate(const ChainProfile& profile, Strategy strategy, std::int64_t parameter,
+                    const ActionSink& also) {
+  Simulator simulator(profile);
+  return run_strategy(simulator, profile.layers(), strategy, parameter, also);
 }
 
 }  // namespace remat::chain

@@ -2,6 +2,7 @@
 // O(1) (a forward over k layers is one step that counts k evaluations), so a schedule of A
 // actions on n layers runs in O(A + n) time and O(n) memory.
 #include <algorithm>
+#include <cmath>
 
 #include "remat/chain.hpp"
 #include "remat/errors.hpp"
@@ -33,11 +34,77 @@ std::string to_string(const Action& a) {
   return "?";
 }
 
+ChainProfile ChainProfile::uniform(std::int64_t layers) {
+  ChainProfile profile;
+  profile.activation_bytes.assign(static_cast<std::size_t>(layers) + 1, 1);
+  profile.forward_time.assign(static_cast<std::size_t>(layers) + 1, 1.0);
+  profile.forward_time[0] = 0;
+  return profile;
+}
+
+void ChainProfile::validate() const {
+  if (layers() < 1) throw InputError("layers", std::nullopt, "must list at least one layer");
+  if (forward_time.size() != activation_bytes.size()) {
+    throw InputError("layers", std::nullopt, "activation sizes and times differ in length");
+  }
+  if (activation_bytes[0] < 0) throw InputError("input_bytes", std::nullopt, "is negative");
+  for (std::size_t i = 1; i < activation_bytes.size(); ++i) {
+    if (activation_bytes[i] < 0) throw InputError("layers", i - 1, "activation_bytes is negative");
+    if (!std::isfinite(forward_time[i]) || forward_time[i] < 0) {
+      throw InputError("layers", i - 1, "forward_time must be finite and >= 0");
+    }
+  }
+}
+
 Simulator::Simulator(std::int64_t layers)
-    : n_(layers), held_(static_cast<std::size_t>(layers) + 1, 0), next_backward_(layers) {
+    : n_(layers),
+      held_(static_cast<std::size_t>(std::max<std::int64_t>(layers, 0)) + 1, 0),
+      next_backward_(layers) {
   if (layers < 1) throw InputError("layers", std::nullopt, "must be at least 1");
   hold(0);
   result_.memory = held_count_;
+  result_.memory_bytes = held_bytes_;
+}
+
+Simulator::Simulator(const ChainProfile& profile) : Simulator(profile.layers()) {
+  profile.validate();
+  max_bytes_.push_back(profile.activation_bytes);
+  for (std::size_t width = 2; width <= profile.activation_bytes.size(); width *= 2) {
+    const std::vector<std::int64_t>& below = max_bytes_.back();
+    std::vector<std::int64_t> level(profile.activation_bytes.size() - width + 1);
+    for (std::size_t i = 0; i < level.size(); ++i)
+      level[i] = std::max(below[i], below[i + width / 2]);
+    max_bytes_.push_back(std::move(level));
+  }
+  time_prefix_.assign(profile.forward_time.size(), 0.0);
+  for (std::size_t i = 1; i < time_prefix_.size(); ++i) {
+    time_prefix_[i] = time_prefix_[i - 1] + profile.forward_time[i];
+  }
+  held_bytes_ = 0;
+  held_count_ = 0;
+  held_[0] = 0;
+  hold(0);
+  result_.memory_bytes = held_bytes_;
+}
+
+std::int64_t Simulator::bytes(std::int64_t j) const {
+  return max_bytes_.empty() ? 1 : max_bytes_[0][static_cast<std::size_t>(j)];
+}
+
+std::int64_t Simulator::largest_bytes(std::int64_t first, std::int64_t last) const {
+  if (max_bytes_.empty()) return 1;
+  std::size_t level = 0;
+  while ((std::size_t{2} << level) <= static_cast<std::size_t>(last - first + 1)) ++level;
+  const auto& row = max_bytes_[level];
+  return std::max(row[static_cast<std::size_t>(first)],
+                  row[static_cast<std::size_t>(last + 1 - (std::int64_t{1} << level))]);
+}
+
+double Simulator::time_of(std::int64_t first, std::int64_t last) const {
+  if (last < first) return 0;
+  if (time_prefix_.empty()) return static_cast<double>(last - first + 1);
+  return time_prefix_[static_cast<std::size_t>(last)] -
+         time_prefix_[static_cast<std::size_t>(first - 1)];
 }
 
 void Simulator::fail(const std::string& why) const {
@@ -46,12 +113,18 @@ void Simulator::fail(const std::string& why) const {
 
 void Simulator::hold(std::int64_t j) {
   held_[static_cast<std::size_t>(j)] = 1;
-  if (j < n_) ++held_count_;
+  if (j < n_) {
+    ++held_count_;
+    held_bytes_ += bytes(j);
+  }
 }
 
 void Simulator::drop(std::int64_t j) {
   held_[static_cast<std::size_t>(j)] = 0;
-  if (j < n_) --held_count_;
+  if (j < n_) {
+    --held_count_;
+    held_bytes_ -= bytes(j);
+  }
 }
 
 void Simulator::apply(const Action& a) {
@@ -66,11 +139,16 @@ void Simulator::apply(const Action& a) {
       // While the layers run, one working value (the latest a_k, k < n) is held besides the
       // rest; without keep_input it takes the input's place from the first layer on.
       const std::int64_t base = held_count_ - (a.keep_input ? 0 : 1);
-      const std::int64_t working = a.first < n_ ? 1 : 0;
-      result_.memory = std::max(result_.memory, base + working);
-      const std::int64_t already =
-          std::max<std::int64_t>(0, std::min(a.last, frontier_) - a.first + 1);
-      result_.recompute += already;
+      const std::int64_t base_bytes = held_bytes_ - (a.keep_input ? 0 : bytes(a.first - 1));
+      const bool working = a.first < n_;  // a_n is never counted
+      result_.memory = std::max(result_.memory, base + (working ? 1 : 0));
+      if (working) {
+        result_.memory_bytes = std::max(
+            result_.memory_bytes, base_bytes + largest_bytes(a.first, std::min(a.last, n_ - 1)));
+      }
+      const std::int64_t already_last = std::min(a.last, frontier_);
+      result_.recompute += std::max<std::int64_t>(0, already_last - a.first + 1);
+      result_.recompute_time += time_of(a.first, already_last);
       frontier_ = std::max(frontier_, a.last);
       if (!a.keep_input) drop(a.first - 1);
       hold(a.last);
@@ -91,6 +169,7 @@ void Simulator::apply(const Action& a) {
       break;
   }
   result_.memory = std::max(result_.memory, held_count_);
+  result_.memory_bytes = std::max(result_.memory_bytes, held_bytes_);
 }
 
 Simulation Simulator::finish() const {

@@ -1,11 +1,14 @@
 // `remat chain` and `remat estimate`. Every reported figure comes from the schedule simulator.
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "io/json_io.hpp"
 #include "remat/chain.hpp"
 #include "remat/errors.hpp"
+#include "remat/knapsack.hpp"
 
 namespace remat::cli {
 
@@ -30,6 +33,10 @@ json action_json(const chain::Action& a) {
 }
 
 struct ChainOptions {
+  std::string profile;
+  std::optional<std::int64_t> budget;
+  std::optional<std::int64_t> slots;
+  std::size_t max_planner_bytes = 0;
   std::int64_t layers = 0;
   std::string strategy;
   std::int64_t every = 0;
@@ -38,12 +45,92 @@ struct ChainOptions {
   bool schedule = false;
 };
 
+// Auto slots: 8 to 512 memory units, as many as keep the planner's table under 256 MiB (and a
+// quarter of the cap) and its O(n^3 C / 6) work near 10^10 steps (about 10 s at 1000 layers).
+std::int64_t auto_slots(std::int64_t layers, std::int64_t budget, std::size_t cap) {
+  const double n = static_cast<double>(layers);
+  const double rows = n * (n + 1) / 2 + n;
+  const double table_limit = std::min(256.0 * (1 << 20), static_cast<double>(cap) / 4);
+  const double by_memory = table_limit / (rows * sizeof(double)) - 1;
+  const double by_time = 6e10 / (n * n * n);
+  const auto slots =
+      static_cast<std::int64_t>(std::clamp(std::min(by_memory, by_time), 8.0, 512.0));
+  return std::max<std::int64_t>(1, std::min(slots, budget));
+}
+
+void print_chain(json out, const chain::Simulation& sim, double seconds, json actions,
+                 bool schedule) {
+  out["memory"] = sim.memory;
+  out["recompute"] = sim.recompute;
+  out["actions"] = sim.actions;
+  out["seconds"] = seconds;
+  if (schedule) out["schedule"] = std::move(actions);
+  std::cout << out.dump() << "\n";
+}
+
+void run_profile(const ChainOptions& o) {
+  const chain::ChainProfile profile = io::read_profile(read_input(o.profile));
+  profile.validate();
+  const std::size_t cap = o.max_planner_bytes ? o.max_planner_bytes : default_max_planner_bytes();
+  json actions = json::array();
+  const auto collect = [&](const chain::Action& a) { actions.push_back(action_json(a)); };
+  const auto start = std::chrono::steady_clock::now();
+  json out{{"layers", profile.layers()}};
+  chain::Simulation sim;
+  if (o.budget) {
+    if (!o.strategy.empty() || o.every != 0 || o.memory || o.max_recompute) {
+      throw InputError("budget", std::nullopt,
+                       "--budget plans the optimal schedule; drop --strategy, --every, --memory");
+    }
+    const std::int64_t slots = o.slots ? *o.slots : auto_slots(profile.layers(), *o.budget, cap);
+    const chain::ProfilePlan plan = chain::plan_profile(
+        profile, *o.budget, slots, cap, o.schedule ? chain::ActionSink(collect) : nullptr);
+    sim = plan.simulation;
+    out["strategy"] = "optimal";
+    out["budget"] = *o.budget;
+    out["unit_bytes"] = plan.unit_bytes;
+    out["slots"] = plan.slots;
+    out["predicted_recompute_time"] = plan.predicted_recompute_time;
+  } else {
+    if (o.slots) throw InputError("slots", std::nullopt, "applies to --budget");
+    chain::Strategy strategy = chain::Strategy::kEvery;
+    std::int64_t parameter = o.every;
+    if (o.every == 0) {
+      if (o.strategy.empty())
+        throw InputError("budget", std::nullopt, "give --budget BYTES, --strategy or --every S");
+      strategy = chain::parse_strategy(o.strategy);
+      if (strategy == chain::Strategy::kOptimal) {
+        throw InputError("budget", std::nullopt,
+                         "with --profile, the optimal plan takes --budget BYTES");
+      }
+    }
+    sim = chain::simulate(profile, strategy, parameter,
+                          o.schedule ? chain::ActionSink(collect) : nullptr);
+    out["strategy"] = chain::to_string(strategy);
+    if (strategy == chain::Strategy::kEvery) out["every"] = parameter;
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out["memory_bytes"] = sim.memory_bytes;
+  out["recompute_time"] = sim.recompute_time;
+  print_chain(std::move(out), sim, seconds, std::move(actions), o.schedule);
+}
+
 }  // namespace
 
 Command add_chain(CLI::App& app) {
   auto* sub = app.add_subcommand("chain", "Plan and simulate checkpointing on a chain of layers");
   auto o = std::make_shared<ChainOptions>();
-  sub->add_option("--layers", o->layers, "Number of layers n")->required();
+  auto* layers = sub->add_option("--layers", o->layers, "Number of layers n (unit costs)");
+  auto* profile = sub->add_option("--profile", o->profile,
+                                  "Heterogeneous chain: JSON with input_bytes and layers[]");
+  profile->excludes(layers);
+  sub->add_option("--budget", o->budget, "With --profile: memory budget in bytes (optimal plan)");
+  sub->add_option("--slots", o->slots,
+                  "With --profile: memory units of the planner (default: up to 512, as the "
+                  "planner-memory cap allows)");
+  sub->add_option("--max-planner-bytes", o->max_planner_bytes,
+                  "Cap on the planner's table (default: half of physical RAM)");
   auto* strategy =
       sub->add_option("--strategy", o->strategy, "store-all | store-first | sqrt | optimal");
   auto* every = sub->add_option("--every", o->every, "A checkpoint every S layers");
@@ -53,7 +140,12 @@ Command add_chain(CLI::App& app) {
                   "optimal: least memory whose recompute is at most this");
   sub->add_flag("--schedule", o->schedule, "Also print the action list");
   return [=] {
-    if (o->layers < 1) throw InputError("layers", std::nullopt, "must be at least 1");
+    if (!o->profile.empty()) return run_profile(*o);
+    if (o->budget || o->slots) {
+      throw InputError("budget", std::nullopt, "--budget and --slots apply to --profile");
+    }
+    if (o->layers < 1)
+      throw InputError("layers", std::nullopt, "must be at least 1 (give --layers or --profile)");
     if (o->layers > 1'000'000'000) throw InputError("layers", std::nullopt, "must be at most 10^9");
     chain::Strategy strategy;
     std::int64_t parameter = 0;

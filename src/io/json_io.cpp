@@ -1,5 +1,6 @@
 #include "io/json_io.hpp"
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "remat/errors.hpp"
@@ -83,6 +84,58 @@ Instance read_instance(std::string_view text) {
     }
   }
   return instance;
+}
+
+namespace {
+
+std::int64_t byte_count(const json& value, const std::string& field,
+                        std::optional<std::size_t> index) {
+  const double x = number_at(value, field, index);
+  if (!std::isfinite(x) || x < 0 || x != std::floor(x) || x >= 9.2e18) {
+    throw InputError(field, index, "must be a whole number of bytes >= 0");
+  }
+  return static_cast<std::int64_t>(x);
+}
+
+}  // namespace
+
+chain::ChainProfile read_profile(std::string_view text) {
+  const json root = parse_document(text);
+  if (!root.is_object()) {
+    throw InputError("input", std::nullopt, "expected a JSON object, got " + type_name(root));
+  }
+  const auto layers = root.find("layers");
+  if (layers == root.end()) throw InputError("layers", std::nullopt, "missing");
+  if (!layers->is_array() || layers->empty()) {
+    throw InputError("layers", std::nullopt, "expected a non-empty array of layers");
+  }
+  chain::ChainProfile profile;
+  profile.activation_bytes.push_back(0);
+  profile.forward_time.push_back(0);
+  profile.names.push_back("input");
+  for (std::size_t i = 0; i < layers->size(); ++i) {
+    const json& layer = (*layers)[i];
+    if (!layer.is_object())
+      throw InputError("layers", i, "expected an object, got " + type_name(layer));
+    const auto bytes = layer.find("activation_bytes");
+    if (bytes == layer.end()) throw InputError("layers", i, "activation_bytes is missing");
+    const auto time = layer.find("forward_time");
+    if (time == layer.end()) throw InputError("layers", i, "forward_time is missing");
+    profile.activation_bytes.push_back(byte_count(*bytes, "layers", i));
+    const double t = number_at(*time, "layers", i);
+    if (!std::isfinite(t) || t < 0)
+      throw InputError("layers", i, "forward_time must be finite and >= 0");
+    profile.forward_time.push_back(t);
+    const auto name = layer.find("name");
+    profile.names.push_back(name != layer.end() && name->is_string()
+                                ? name->get<std::string>()
+                                : "layer" + std::to_string(i + 1));
+  }
+  const auto input = root.find("input_bytes");
+  profile.activation_bytes[0] = input == root.end()
+                                    ? profile.activation_bytes[1]
+                                    : byte_count(*input, "input_bytes", std::nullopt);
+  return profile;
 }
 
 std::string instance_json(const GeneratedInstance& instance) {

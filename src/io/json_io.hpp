@@ -5,6 +5,7 @@
 #include <string_view>
 #include <vector>
 
+#include "remat/chain.hpp"
 #include "remat/generate.hpp"
 #include "remat/knapsack.hpp"
 #include "remat/problem.hpp"
@@ -19,6 +20,11 @@ struct Instance {
 // Parses {"memory": [...], "runtime": [...], "max_memory": x}; other keys are ignored.
 // Throws InputError naming the field and index of the first problem.
 Instance read_instance(std::string_view text);
+
+// Parses {"input_bytes": b0, "layers": [{"name": ..., "activation_bytes": b, "forward_time": t}]};
+// input_bytes defaults to the first layer's activation_bytes. Throws InputError naming
+// layers[i].field.
+chain::ChainProfile read_profile(std::string_view text);
 
 std::string instance_json(const GeneratedInstance& instance);
 std::string result_json(const KnapsackResult& result);

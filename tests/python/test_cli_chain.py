@@ -111,3 +111,86 @@ def test_estimate_reproduces_problem_12(run):
     assert result["checkpoint_gib"] == 2.75
     assert result["checkpoint_layer_outputs"] == 11
     assert result["recompute_layers"] == 24
+
+
+PROFILE = {
+    "input_bytes": 100,
+    "layers": [
+        {"name": "a", "activation_bytes": 100, "forward_time": 1.0},
+        {"name": "b", "activation_bytes": 400, "forward_time": 3.0},
+        {"name": "c", "activation_bytes": 100, "forward_time": 1.0},
+        {"name": "d", "activation_bytes": 100, "forward_time": 2.0},
+        {"name": "e", "activation_bytes": 200, "forward_time": 1.0},
+        {"name": "f", "activation_bytes": 100, "forward_time": 1.0},
+    ],
+}
+
+
+def write(tmp_path, data, name="profile.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_profile_budget_plans_within_budget_and_beats_every(run, tmp_path):
+    path = write(tmp_path, PROFILE)
+    for every in range(1, 7):
+        fixed = chain(run, "--profile", path, "--every", str(every))
+        assert "memory_bytes" in fixed and "recompute_time" in fixed
+        best = chain(run, "--profile", path, "--budget", str(fixed["memory_bytes"]))
+        assert best["strategy"] == "optimal"
+        assert best["memory_bytes"] <= fixed["memory_bytes"]
+        assert best["recompute_time"] <= fixed["recompute_time"] + 1e-9
+        assert best["predicted_recompute_time"] == pytest.approx(best["recompute_time"])
+
+
+def test_unit_profile_matches_the_unit_model(run, tmp_path):
+    layers = [{"activation_bytes": 1, "forward_time": 1} for _ in range(16)]
+    path = write(tmp_path, {"layers": layers})
+    for memory in (2, 4, 7, 16):
+        with_profile = chain(run, "--profile", path, "--budget", str(memory))
+        unit = chain(run, "--layers", "16", "--strategy", "optimal", "--memory", str(memory))
+        assert (with_profile["memory_bytes"], with_profile["recompute"]) == (unit["memory"], unit["recompute"])
+        assert with_profile["recompute_time"] == unit["recompute"]
+
+
+def test_input_bytes_defaults_to_the_first_layer(run, tmp_path):
+    data = {"layers": [{"activation_bytes": 7, "forward_time": 1}, {"activation_bytes": 5, "forward_time": 1}]}
+    result = chain(run, "--profile", write(tmp_path, data), "--strategy", "store-all")
+    assert result["memory_bytes"] == 7 + 7  # a_0 (7, defaulted) and a_1 (7)
+
+
+@pytest.mark.parametrize("data,args,message", [
+    ({"layers": []}, ["--budget", "10"], "layers: expected a non-empty array"),
+    ({}, ["--budget", "10"], "layers: missing"),
+    ({"layers": [{"forward_time": 1}]}, ["--budget", "10"], "layers[0]: activation_bytes is missing"),
+    ({"layers": [{"activation_bytes": 1}]}, ["--budget", "10"], "layers[0]: forward_time is missing"),
+    ({"layers": [{"activation_bytes": -1, "forward_time": 1}]}, ["--budget", "10"], "layers[0]: must be a whole number of bytes"),
+    ({"layers": [{"activation_bytes": 1.5, "forward_time": 1}]}, ["--budget", "10"], "layers[0]: must be a whole number of bytes"),
+    ({"layers": [{"activation_bytes": 1, "forward_time": -2}]}, ["--budget", "10"], "layers[0]: forward_time must be finite"),
+    ({"layers": [{"activation_bytes": 1, "forward_time": "x"}]}, ["--budget", "10"], "layers[0]: expected a number, got a string"),
+    (PROFILE, ["--budget", "150"], "budget: no schedule fits in 150 bytes"),
+    (PROFILE, ["--budget", "1000", "--every", "2"], "--budget plans the optimal schedule"),
+    (PROFILE, ["--strategy", "optimal"], "takes --budget BYTES"),
+    (PROFILE, [], "give --budget BYTES, --strategy or --every"),
+    (PROFILE, ["--budget", "1000", "--slots", "0"], "slots: must be at least 1"),
+])
+def test_profile_errors_exit_2(run, tmp_path, data, args, message):
+    code, out, err = run("chain", "--profile", write(tmp_path, data), *args)
+    assert code == 2, err
+    assert out == ""
+    assert err.startswith("error: ") and message in err
+
+
+def test_profile_planner_memory_refusal_is_exit_3(run, tmp_path):
+    layers = [{"activation_bytes": 1, "forward_time": 1} for _ in range(300)]
+    path = write(tmp_path, {"layers": layers})
+    code, out, err = run("chain", "--profile", path, "--budget", "300", "--slots", "300", "--max-planner-bytes", "1000000")
+    assert code == 3 and out == ""
+    assert "use fewer --slots" in err
+
+
+def test_example_profile_runs(run):
+    from conftest import ROOT
+    result = chain(run, "--profile", str(ROOT / "examples/profiles/decoder_6x4.json"), "--budget", "200000000")
+    assert result["memory_bytes"] <= 200000000

@@ -1,0 +1,253 @@
+// Optimal checkpointing of a heterogeneous chain under a budget in bytes: the dynamic program of
+// rotor-style planners (Beaumont, Eyraud-Dubois, Herrmann, Joly, Shilova, "Optimal checkpointing
+// for heterogeneous chains", 2019), written for this project's model (the first pass is free,
+// a_0 counts, the working value of a forward counts, backward needs a_{i-1}).
+//
+//   R(s, t, m): least recompute time to run backward t..s+1 with a_s held, m units available
+//               (a_s included), nothing of the segment held.
+//               R(s, s+1, m) = 0 if w_s <= m;
+//               R(s, t, m) = min_j T(s+1..j) + R(j, t, m - w_s) + R(s, j, m),
+//               where the forward s+1..j needs w_s + max(w_{s+1..j}) <= m.
+//   F(s, m):    the same during the first pass, whose forward is free:
+//               F(s, m) = min( R(s, n, m), min_j F(j, m - w_s) + R(s, j, m) ).
+// Memory is counted in units u = ceil(budget / slots), raised to a multiple of the sizes' greatest
+// common divisor, with every size rounded up, so a plan fits the true budget (and the program is
+// exact when u equals that divisor); it is optimal among schedules whose rounded sizes fit (so at
+// least as good as the true optimum for budget - n u). With one byte per activation and slots >=
+// budget, u = 1 and the program is exact; it then reproduces the unit model's optimum (tested).
+//
+// Time O(n^3 C / 6) for C = budget / u units (each R row is cut at the segment's total size);
+// memory n (n + 1) / 2 rows of C + 1 doubles for R plus n rows for F, accounted before the
+// allocation. The plan is rebuilt by re-evaluating the minimizations, never stored.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "remat/chain.hpp"
+#include "remat/errors.hpp"
+
+namespace remat::chain {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+class ProfileProgram {
+ public:
+  ProfileProgram(const ChainProfile& profile, std::int64_t budget, std::int64_t slots)
+      : n_(profile.layers()) {
+    // Units are a multiple of the sizes' common divisor, so rounding is exact whenever the budget
+    // needs no more than `slots` of those (tensor sizes share large powers of two).
+    std::int64_t divisor = 0;
+    for (std::int64_t b : profile.activation_bytes) divisor = std::gcd(divisor, b);
+    unit_ = std::max<std::int64_t>(1, (budget + slots - 1) / slots);
+    if (divisor > 1) unit_ = divisor * ((unit_ + divisor - 1) / divisor);
+    capacity_ = budget / unit_;
+    for (std::int64_t b : profile.activation_bytes) weight_.push_back((b + unit_ - 1) / unit_);
+    time_prefix_.assign(static_cast<std::size_t>(n_) + 1, 0.0);
+    for (std::int64_t i = 1; i <= n_; ++i) {
+      time_prefix_[static_cast<std::size_t>(i)] = time_prefix_[static_cast<std::size_t>(i - 1)] +
+                                                  profile.forward_time[static_cast<std::size_t>(i)];
+    }
+  }
+
+  std::size_t table_bytes() const {
+    const auto pairs = static_cast<std::size_t>(n_) * static_cast<std::size_t>(n_ + 1) / 2;
+    return (pairs + static_cast<std::size_t>(n_)) * row_size() * sizeof(double);
+  }
+
+  void solve() {
+    r_.assign(static_cast<std::size_t>(n_) * static_cast<std::size_t>(n_ + 1) / 2 * row_size(),
+              kInf);
+    for (std::int64_t length = 1; length <= n_; ++length) {
+      for (std::int64_t s = 0; s + length <= n_; ++s) fill_r(s, s + length);
+    }
+    f_.assign(static_cast<std::size_t>(n_) * row_size(), kInf);
+    for (std::int64_t s = n_ - 1; s >= 0; --s) fill_f(s);
+  }
+
+  double best() const { return f(0)[static_cast<std::size_t>(capacity_)]; }
+  std::int64_t unit() const { return unit_; }
+  std::int64_t capacity() const { return capacity_; }
+
+  // Least units with a finite F(0, m); -1 when none up to the capacity.
+  std::int64_t least_feasible_units() const {
+    for (std::int64_t m = 0; m <= capacity_; ++m) {
+      if (f(0)[static_cast<std::size_t>(m)] < kInf) return m;
+    }
+    return -1;
+  }
+
+  void emit(const ActionSink& sink) const {
+    struct Task {
+      std::int64_t s, t, m;
+    };
+    std::vector<Task> segments;
+    std::int64_t s = 0, m = capacity_;
+    while (true) {
+      const std::int64_t j = f_choice(s, m);
+      sink(Action::forward(s + 1, j));
+      segments.push_back({s, j, m});
+      if (j == n_) break;
+      m -= w(s);
+      s = j;
+    }
+    std::vector<Task> stack(segments.begin(), segments.end());
+    while (!stack.empty()) {
+      const Task task = stack.back();
+      stack.pop_back();
+      if (task.t == task.s + 1) {
+        sink(Action::backward(task.t));
+        sink(Action::free(task.s));
+        continue;
+      }
+      const std::int64_t j = r_choice(task.s, task.t, task.m);
+      sink(Action::forward(task.s + 1, j));
+      stack.push_back({task.s, j, task.m});
+      stack.push_back({j, task.t, task.m - w(task.s)});
+    }
+  }
+
+ private:
+  std::size_t row_size() const { return static_cast<std::size_t>(capacity_) + 1; }
+  std::int64_t w(std::int64_t i) const { return weight_[static_cast<std::size_t>(i)]; }
+  double time(std::int64_t first, std::int64_t last) const {
+    return time_prefix_[static_cast<std::size_t>(last)] -
+           time_prefix_[static_cast<std::size_t>(first - 1)];
+  }
+  std::size_t pair_index(std::int64_t s, std::int64_t t) const {
+    const auto offset = static_cast<std::size_t>(s * n_ - s * (s - 1) / 2);
+    return offset + static_cast<std::size_t>(t - s - 1);
+  }
+  double* r(std::int64_t s, std::int64_t t) { return r_.data() + pair_index(s, t) * row_size(); }
+  const double* r(std::int64_t s, std::int64_t t) const {
+    return r_.data() + pair_index(s, t) * row_size();
+  }
+  double* f(std::int64_t s) { return f_.data() + static_cast<std::size_t>(s) * row_size(); }
+  const double* f(std::int64_t s) const {
+    return f_.data() + static_cast<std::size_t>(s) * row_size();
+  }
+
+  void fill_r(std::int64_t s, std::int64_t t) {
+    double* row = r(s, t);
+    if (t == s + 1) {
+      for (std::int64_t m = w(s); m <= capacity_; ++m) row[m] = 0;
+      return;
+    }
+    // Past the segment's total size every activation can stay: the row is flat from there.
+    std::int64_t total = 0;
+    for (std::int64_t k = s; k < t; ++k) total += w(k);
+    const std::int64_t top = std::min(capacity_, total);
+    std::int64_t need = w(s);
+    for (std::int64_t j = s + 1; j < t; ++j) {
+      need = std::max(need, w(s) + w(j));
+      if (need > top) break;
+      const double cost = time(s + 1, j);
+      const double* left = r(s, j);
+      const double* right = r(j, t);
+      const std::int64_t ws = w(s);
+      for (std::int64_t m = need; m <= top; ++m) {
+        row[m] = std::min(row[m], cost + right[m - ws] + left[m]);
+      }
+    }
+    for (std::int64_t m = top + 1; m <= capacity_; ++m) row[m] = row[top];
+  }
+
+  void fill_f(std::int64_t s) {
+    double* row = f(s);
+    std::int64_t need = w(s);
+    for (std::int64_t j = s + 1; j <= n_; ++j) {
+      if (j < n_) need = std::max(need, w(s) + w(j));
+      if (need > capacity_) break;
+      const double* segment = r(s, j);
+      if (j == n_) {
+        for (std::int64_t m = need; m <= capacity_; ++m) row[m] = std::min(row[m], segment[m]);
+      } else {
+        const double* rest = f(j);
+        const std::int64_t ws = w(s);
+        for (std::int64_t m = need; m <= capacity_; ++m) {
+          row[m] = std::min(row[m], rest[m - ws] + segment[m]);
+        }
+      }
+    }
+  }
+
+  // The j that fill_f / fill_r chose (the first minimizer, with the same arithmetic).
+  std::int64_t f_choice(std::int64_t s, std::int64_t m) const {
+    const double target = f(s)[m];
+    std::int64_t need = w(s);
+    for (std::int64_t j = s + 1; j <= n_; ++j) {
+      if (j < n_) need = std::max(need, w(s) + w(j));
+      if (need > m) break;
+      const double value = j == n_ ? r(s, j)[m] : f(j)[m - w(s)] + r(s, j)[m];
+      if (value <= target) return j;
+    }
+    throw std::logic_error("profile planner: no first-pass choice reproduces F");
+  }
+
+  std::int64_t r_choice(std::int64_t s, std::int64_t t, std::int64_t m) const {
+    std::int64_t total = 0;
+    for (std::int64_t k = s; k < t; ++k) total += w(k);
+    m = std::min(m, std::min(capacity_, total));
+    const double target = r(s, t)[m];
+    std::int64_t need = w(s);
+    for (std::int64_t j = s + 1; j < t; ++j) {
+      need = std::max(need, w(s) + w(j));
+      if (need > m) break;
+      if (time(s + 1, j) + r(j, t)[m - w(s)] + r(s, j)[m] <= target) return j;
+    }
+    throw std::logic_error("profile planner: no split reproduces R");
+  }
+
+  std::int64_t n_;
+  std::int64_t unit_ = 1, capacity_ = 0;
+  std::vector<std::int64_t> weight_;
+  std::vector<double> time_prefix_;
+  std::vector<double> r_, f_;
+};
+
+}  // namespace
+
+ProfilePlan plan_profile(const ChainProfile& profile, std::int64_t budget_bytes, std::int64_t slots,
+                         std::size_t max_planner_bytes, const ActionSink& also) {
+  profile.validate();
+  if (budget_bytes < 0) throw InputError("budget", std::nullopt, "must be >= 0");
+  if (slots < 1) throw InputError("slots", std::nullopt, "must be at least 1");
+  ProfileProgram program(profile, budget_bytes, slots);
+  if (program.table_bytes() > max_planner_bytes) {
+    throw PlannerMemoryError("the profile planner needs " + std::to_string(program.table_bytes()) +
+                             " bytes for " + std::to_string(profile.layers()) + " layers and " +
+                             std::to_string(program.capacity()) +
+                             " memory units, over the cap of " + std::to_string(max_planner_bytes) +
+                             "; use fewer --slots (or raise --max-planner-bytes)");
+  }
+  program.solve();
+  if (!(program.best() < kInf)) {
+    const std::int64_t least = program.least_feasible_units();
+    std::string detail = "no schedule fits in " + std::to_string(budget_bytes) + " bytes";
+    if (least < 0) {
+      std::int64_t largest = 0;
+      for (std::size_t i = 1; i < profile.activation_bytes.size(); ++i) {
+        largest = std::max(largest, profile.activation_bytes[i - 1] + profile.activation_bytes[i]);
+      }
+      detail += "; every schedule needs at least " + std::to_string(largest) +
+                " bytes (an input and an output of one layer held together)";
+    }
+    throw InputError("budget", std::nullopt, detail);
+  }
+  Simulator simulator(profile);
+  program.emit([&](const Action& a) {
+    simulator.apply(a);
+    if (also) also(a);
+  });
+  ProfilePlan plan;
+  plan.simulation = simulator.finish();
+  plan.unit_bytes = program.unit();
+  plan.slots = program.capacity();
+  plan.predicted_recompute_time = program.best();
+  return plan;
+}
+
+}  // namespace remat::chain

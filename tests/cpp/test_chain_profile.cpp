@@ -1,0 +1,171 @@
+// The heterogeneous planner: unit-model equivalence, exhaustive search with byte sizes and
+// times, true-budget feasibility under coarse discretization, and its errors.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <queue>
+#include <random>
+#include <tuple>
+
+#include "remat/chain.hpp"
+#include "remat/errors.hpp"
+
+namespace remat::chain {
+namespace {
+
+constexpr std::size_t kPlannerCap = std::size_t{1} << 30;
+
+TEST(ProfilePlanner, UnitProfileReproducesTheUnitOptimum) {
+  for (std::int64_t n = 1; n <= 30; ++n) {
+    for (std::int64_t memory = n == 1 ? 1 : 2; memory <= n; ++memory) {
+      const ProfilePlan plan = plan_profile(ChainProfile::uniform(n), memory, memory, kPlannerCap);
+      EXPECT_EQ(plan.unit_bytes, 1);
+      EXPECT_LE(plan.simulation.memory_bytes, memory) << n << " " << memory;
+      EXPECT_DOUBLE_EQ(plan.simulation.recompute_time,
+                       static_cast<double>(*optimal_recompute(n, memory)))
+          << "n " << n << " memory " << memory;
+      EXPECT_DOUBLE_EQ(plan.predicted_recompute_time, plan.simulation.recompute_time);
+    }
+  }
+}
+
+// Dijkstra over every schedule of unit actions, with byte sizes and per-layer times.
+double exhaustive_min_time(const ChainProfile& p, std::int64_t budget) {
+  const int n = static_cast<int>(p.layers());
+  using State = std::tuple<std::uint32_t, int, int>;
+  std::map<State, double> dist;
+  using Entry = std::pair<double, State>;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> queue;
+  auto bytes_of = [&](std::uint32_t held) {
+    std::int64_t total = 0;
+    for (int j = 0; j < n; ++j) {
+      if (held >> j & 1) total += p.activation_bytes[static_cast<std::size_t>(j)];
+    }
+    return total;
+  };
+  auto push = [&](State s, double d) {
+    if (bytes_of(std::get<0>(s)) > budget) return;
+    auto it = dist.find(s);
+    if (it != dist.end() && it->second <= d) return;
+    dist[s] = d;
+    queue.push({d, s});
+  };
+  push({1u, 0, n}, 0);
+  while (!queue.empty()) {
+    auto [d, s] = queue.top();
+    queue.pop();
+    if (dist[s] < d) continue;
+    auto [held, frontier, next] = s;
+    if (next == 0) return d;
+    for (int i = 1; i <= n; ++i) {
+      if (!(held >> (i - 1) & 1)) continue;
+      const double cost = d + (i <= frontier ? p.forward_time[static_cast<std::size_t>(i)] : 0.0);
+      const int new_frontier = std::max(frontier, i);
+      const std::uint32_t out = i < n ? (1u << i) : 0u;
+      if (i == n || !(held >> i & 1)) {
+        push({held | out, new_frontier, next}, cost);
+        push({(held & ~(1u << (i - 1))) | out, new_frontier, next}, cost);
+      }
+    }
+    if (frontier == n && (held >> (next - 1) & 1)) push({held, frontier, next - 1}, d);
+    for (int j = 0; j < n; ++j) {
+      if (held >> j & 1) push({held & ~(1u << j), frontier, next}, d);
+    }
+  }
+  return -1;
+}
+
+ChainProfile random_profile(std::mt19937_64& rng, std::int64_t n, std::int64_t max_bytes) {
+  ChainProfile p;
+  std::uniform_int_distribution<std::int64_t> bytes(1, max_bytes);
+  std::uniform_int_distribution<int> time(1, 9);
+  p.activation_bytes.push_back(bytes(rng));
+  p.forward_time.push_back(0);
+  for (std::int64_t i = 1; i <= n; ++i) {
+    p.activation_bytes.push_back(bytes(rng));
+    p.forward_time.push_back(static_cast<double>(time(rng)));
+  }
+  return p;
+}
+
+TEST(ProfilePlanner, EqualsExhaustiveSearchWithBytesAndTimes) {
+  std::mt19937_64 rng(11);
+  int compared = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const std::int64_t n = 1 + trial % 7;
+    const ChainProfile p = random_profile(rng, n, 4);
+    std::int64_t total = 0;
+    for (std::int64_t b : p.activation_bytes) total += b;
+    std::uniform_int_distribution<std::int64_t> budget_draw(1, total);
+    const std::int64_t budget = budget_draw(rng);
+    const double brute = exhaustive_min_time(p, budget);
+    if (brute < 0) {
+      EXPECT_THROW(plan_profile(p, budget, budget, kPlannerCap), InputError);
+      continue;
+    }
+    const ProfilePlan plan = plan_profile(p, budget, budget, kPlannerCap);
+    EXPECT_LE(plan.simulation.memory_bytes, budget);
+    EXPECT_DOUBLE_EQ(plan.simulation.recompute_time, brute) << "trial " << trial;
+    ++compared;
+  }
+  EXPECT_GT(compared, 200);
+}
+
+TEST(ProfilePlanner, CoarseSlotsStillFitTheTrueBudget) {
+  std::mt19937_64 rng(3);
+  for (int trial = 0; trial < 40; ++trial) {
+    const ChainProfile p = random_profile(rng, 20 + trial, 1 << 20);
+    std::int64_t total = 0;
+    for (std::int64_t b : p.activation_bytes) total += b;
+    const std::int64_t budget = total / 3;
+    try {
+      const ProfilePlan coarse = plan_profile(p, budget, 64, kPlannerCap);
+      EXPECT_LE(coarse.simulation.memory_bytes, budget);
+      const ProfilePlan fine = plan_profile(p, budget, 512, kPlannerCap);
+      EXPECT_LE(fine.simulation.memory_bytes, budget);
+      EXPECT_NEAR(coarse.predicted_recompute_time, coarse.simulation.recompute_time, 1e-9);
+    } catch (const InputError&) {
+      // Too tight at this discretization: acceptable, as long as it says so.
+    }
+  }
+}
+
+TEST(ProfilePlanner, NeverWorseThanAnyFixedSegmentationThatFits) {
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 30; ++trial) {
+    const ChainProfile p = random_profile(rng, 10 + trial, 6);
+    for (std::int64_t s = 1; s <= p.layers(); ++s) {
+      const Simulation fixed = simulate(p, Strategy::kEvery, s);
+      const ProfilePlan best = plan_profile(p, fixed.memory_bytes, fixed.memory_bytes, kPlannerCap);
+      EXPECT_LE(best.simulation.memory_bytes, fixed.memory_bytes);
+      EXPECT_LE(best.simulation.recompute_time, fixed.recompute_time + 1e-9)
+          << "trial " << trial << " every " << s;
+    }
+  }
+}
+
+TEST(ProfilePlanner, SizesWithACommonDivisorAreExactAtFewSlots) {
+  ChainProfile p = ChainProfile::uniform(40);
+  for (auto& b : p.activation_bytes) b *= std::int64_t{1} << 20;  // 1 MiB each
+  const ProfilePlan plan = plan_profile(p, 9 << 20, 16, kPlannerCap);
+  EXPECT_EQ(plan.unit_bytes, 1 << 20);
+  EXPECT_DOUBLE_EQ(plan.simulation.recompute_time, static_cast<double>(*optimal_recompute(40, 9)));
+}
+
+TEST(ProfilePlanner, ErrorsAreClear) {
+  ChainProfile p = ChainProfile::uniform(10);
+  try {
+    plan_profile(p, 1, 100, kPlannerCap);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "budget");
+    EXPECT_NE(std::string(e.what()).find("at least 2 bytes"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(plan_profile(ChainProfile::uniform(200), 100000, 100000, 1 << 20),
+               PlannerMemoryError);
+  p.activation_bytes[3] = -1;
+  EXPECT_THROW(plan_profile(p, 10, 10, kPlannerCap), InputError);
+}
+
+}  // namespace
+}  // namespace remat::chain
