@@ -1,0 +1,26 @@
+"""remat: exact activation-checkpointing planners.
+
+The knapsack that torch.compile's memory-budget partitioner solves, solved exactly and within a
+planner-memory cap, and optimal checkpoint schedules for chains of layers. The work happens in
+the C++ core (``remat._core``); this package is the thin layer that reaches PyTorch users:
+
+- :func:`solve` and :func:`pareto` on one knapsack instance;
+- :mod:`remat.knapsack`: drop-in functions with torch's solver signatures;
+- :mod:`remat.torch`: ``remat.torch.use()`` makes torch.compile use remat's solver.
+"""
+
+from ._core import InputError, InvalidSchedule, PlannerMemoryError
+from . import knapsack
+from ._solve import SOLVERS, ParetoFront, Result, pareto, solve
+
+__version__ = "0.1.0"
+__all__ = [
+    "InputError",
+    "InvalidSchedule",
+    "ParetoFront",
+    "PlannerMemoryError",
+    "Result",
+    "SOLVERS",
+    "pareto",
+    "solve",
+]

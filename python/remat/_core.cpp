@@ -1,0 +1,174 @@
+// The Python binding of the C++ core (nanobind). Arrays are copied into the core's vectors while
+// the GIL is held; the solvers run with the GIL released, so threads can solve concurrently.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include "remat/chain.hpp"
+#include "remat/errors.hpp"
+#include "remat/knapsack.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+using Vector = nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+std::vector<double> to_vector(const Vector& array) {
+  return std::vector<double>(array.data(), array.data() + array.shape(0));
+}
+
+remat::KnapsackProblem make_problem(const Vector& memory, const Vector& runtime, double max_memory,
+                                    double scale) {
+  return remat::quantize({to_vector(memory), to_vector(runtime), max_memory, scale});
+}
+
+nb::dict result_dict(const remat::KnapsackResult& r) {
+  nb::dict out;
+  out["solver"] = r.solver;
+  out["status"] = remat::to_string(r.status);
+  out["max_runtime"] = r.max_runtime;
+  out["upper_bound"] = r.upper_bound;
+  out["saved"] = r.saved;
+  out["recomputed"] = r.recomputed;
+  out["memory_used"] = r.memory_used;
+  out["quantized_memory_used"] = r.quantized_memory_used;
+  out["quantized_max_memory"] = r.capacity;
+  out["seconds"] = r.seconds;
+  out["planner_peak_bytes"] = r.planner_peak_bytes;
+  return out;
+}
+
+nb::dict solve(const Vector& memory, const Vector& runtime, double max_memory,
+               const std::string& solver, double scale, std::optional<double> time_limit,
+               std::size_t max_planner_bytes) {
+  const remat::KnapsackProblem problem = make_problem(memory, runtime, max_memory, scale);
+  remat::SolveOptions options;
+  options.solver = remat::parse_solver(solver);
+  options.time_limit_seconds = time_limit;
+  options.max_planner_bytes = max_planner_bytes;
+  remat::KnapsackResult result;
+  {
+    nb::gil_scoped_release release;
+    result = remat::solve(problem, options);
+  }
+  return result_dict(result);
+}
+
+std::tuple<std::vector<std::int64_t>, std::vector<double>, std::int64_t> pareto(
+    const Vector& memory, const Vector& runtime, double max_memory, double scale,
+    std::size_t max_planner_bytes) {
+  const remat::KnapsackProblem problem = make_problem(memory, runtime, max_memory, scale);
+  std::vector<remat::ParetoPoint> front;
+  {
+    nb::gil_scoped_release release;
+    front = remat::pareto_front(problem, max_planner_bytes);
+  }
+  std::vector<std::int64_t> budgets;
+  std::vector<double> values;
+  for (const auto& point : front) {
+    budgets.push_back(point.budget_quanta);
+    values.push_back(point.max_runtime);
+  }
+  return {budgets, values, problem.capacity};
+}
+
+using ActionTuple = std::tuple<std::string, std::int64_t, std::int64_t, bool>;
+
+ActionTuple action_tuple(const remat::chain::Action& a) {
+  switch (a.kind) {
+    case remat::chain::Action::Kind::kForward:
+      return {"forward", a.first, a.last, a.keep_input};
+    case remat::chain::Action::Kind::kBackward:
+      return {"backward", a.first, a.last, true};
+    case remat::chain::Action::Kind::kFree:
+      return {"free", a.first, a.last, true};
+  }
+  return {"?", 0, 0, true};
+}
+
+nb::dict simulation_dict(const remat::chain::Simulation& s) {
+  nb::dict out;
+  out["memory"] = s.memory;
+  out["recompute"] = s.recompute;
+  out["actions"] = s.actions;
+  out["memory_bytes"] = s.memory_bytes;
+  out["recompute_time"] = s.recompute_time;
+  return out;
+}
+
+remat::chain::ChainProfile make_profile(std::int64_t input_bytes,
+                                        const std::vector<std::int64_t>& activation_bytes,
+                                        const std::vector<double>& forward_time) {
+  remat::chain::ChainProfile profile;
+  profile.activation_bytes.push_back(input_bytes);
+  profile.activation_bytes.insert(profile.activation_bytes.end(), activation_bytes.begin(),
+                                  activation_bytes.end());
+  profile.forward_time.push_back(0.0);
+  profile.forward_time.insert(profile.forward_time.end(), forward_time.begin(), forward_time.end());
+  profile.validate();
+  return profile;
+}
+
+nb::dict plan_profile(std::int64_t input_bytes, const std::vector<std::int64_t>& activation_bytes,
+                      const std::vector<double>& forward_time, std::int64_t budget,
+                      std::int64_t slots, std::size_t max_planner_bytes) {
+  const auto profile = make_profile(input_bytes, activation_bytes, forward_time);
+  std::vector<ActionTuple> schedule;
+  remat::chain::ProfilePlan plan;
+  {
+    nb::gil_scoped_release release;
+    plan = remat::chain::plan_profile(
+        profile, budget, slots,
+        max_planner_bytes ? max_planner_bytes : remat::default_max_planner_bytes(),
+        [&](const remat::chain::Action& a) { schedule.push_back(action_tuple(a)); });
+  }
+  nb::dict out = simulation_dict(plan.simulation);
+  out["unit_bytes"] = plan.unit_bytes;
+  out["slots"] = plan.slots;
+  out["predicted_recompute_time"] = plan.predicted_recompute_time;
+  out["schedule"] = schedule;
+  return out;
+}
+
+nb::dict simulate_profile(std::int64_t input_bytes, const std::vector<std::int64_t>& activation_bytes,
+                          const std::vector<double>& forward_time, const std::string& strategy,
+                          std::int64_t parameter) {
+  const auto profile = make_profile(input_bytes, activation_bytes, forward_time);
+  std::vector<ActionTuple> schedule;
+  const auto sim =
+      remat::chain::simulate(profile, remat::chain::parse_strategy(strategy), parameter,
+                             [&](const remat::chain::Action& a) { schedule.push_back(action_tuple(a)); });
+  nb::dict out = simulation_dict(sim);
+  out["schedule"] = schedule;
+  return out;
+}
+
+}  // namespace
+
+NB_MODULE(_core, m) {
+  m.doc() = "remat's C++ core: exact knapsack solvers and chain checkpointing planners";
+  nb::exception<remat::InputError>(m, "InputError", PyExc_ValueError);
+  nb::exception<remat::PlannerMemoryError>(m, "PlannerMemoryError", PyExc_MemoryError);
+  nb::exception<remat::chain::InvalidSchedule>(m, "InvalidSchedule", PyExc_ValueError);
+
+  m.def("solve", &solve, "memory"_a, "runtime"_a, "max_memory"_a, "solver"_a, "scale"_a,
+        "time_limit"_a.none(), "max_planner_bytes"_a);
+  m.def("pareto", &pareto, "memory"_a, "runtime"_a, "max_memory"_a, "scale"_a,
+        "max_planner_bytes"_a);
+  m.def("solvers", [] {
+    std::vector<std::string> names;
+    for (auto s : remat::all_solvers()) names.push_back(remat::to_string(s));
+    return names;
+  });
+  m.def("default_max_planner_bytes", &remat::default_max_planner_bytes);
+  m.def("plan_profile", &plan_profile, "input_bytes"_a, "activation_bytes"_a, "forward_time"_a,
+        "budget"_a, "slots"_a, "max_planner_bytes"_a);
+  m.def("simulate_profile", &simulate_profile, "input_bytes"_a, "activation_bytes"_a,
+        "forward_time"_a, "strategy"_a, "parameter"_a);
+  m.def("optimal_chain_recompute", &remat::chain::optimal_recompute, "layers"_a, "memory"_a);
+}

@@ -1,0 +1,109 @@
+"""solve() and pareto() on one knapsack instance."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import _core
+from ._validate import number, vector
+
+SOLVERS: tuple[str, ...] = tuple(_core.solvers())
+
+
+@dataclass(frozen=True)
+class Result:
+    """A plan: which candidate ops to save. Same fields as ``remat solve``'s JSON."""
+
+    solver: str
+    status: str  # "optimal", "heuristic" or "time_limit"
+    max_runtime: float  # runtime saved: sum of runtime over saved
+    upper_bound: float  # no feasible plan saves more
+    saved: list[int]  # ascending
+    recomputed: list[int]  # ascending; saved and recomputed partition range(n)
+    memory_used: float
+    quantized_memory_used: int
+    quantized_max_memory: int
+    seconds: float
+    planner_peak_bytes: int
+
+
+def _planner_bytes(max_planner_bytes: int | None) -> int:
+    if max_planner_bytes is None:
+        return 0
+    if isinstance(max_planner_bytes, bool) or not isinstance(max_planner_bytes, int) or max_planner_bytes <= 0:
+        raise ValueError("max_planner_bytes: must be a positive integer")
+    return max_planner_bytes
+
+
+def solve(
+    memory: Sequence[float] | np.ndarray,
+    runtime: Sequence[float] | np.ndarray,
+    max_memory: float,
+    *,
+    solver: str = "exact",
+    scale: float = 10000,
+    time_limit: float | None = None,
+    max_planner_bytes: int | None = None,
+) -> Result:
+    """Chooses which ops to save so that saved memory fits ``max_memory`` and saved runtime is
+    maximal (``exact``, ``sliding_hirschberg``, ``dp``) or good (``greedy``).
+
+    Memory is quantized exactly as torch does (``round(m * scale)``). The GIL is released while
+    the core solves. Raises ValueError/TypeError for bad input (the CLI's messages) and
+    MemoryError (:class:`PlannerMemoryError`) when the solver would exceed ``max_planner_bytes``.
+    """
+    if not isinstance(solver, str):
+        raise TypeError(f"solver: expected a string, got {type(solver).__name__}")
+    if time_limit is not None:
+        time_limit = number(time_limit, "time_limit")
+    raw: dict[str, Any] = _core.solve(
+        vector(memory, "memory"),
+        vector(runtime, "runtime"),
+        number(max_memory, "max_memory"),
+        solver,
+        number(scale, "scale"),
+        time_limit,
+        _planner_bytes(max_planner_bytes),
+    )
+    return Result(**raw)
+
+
+@dataclass(frozen=True)
+class ParetoFront:
+    """The exact trade-off: best saved runtime for every budget from 0 to max_memory."""
+
+    budgets: np.ndarray  # budget at each breakpoint, in memory units (quanta / scale)
+    budget_quanta: np.ndarray  # the same, quantized
+    max_runtime: np.ndarray  # best saved runtime from that budget on
+    max_memory: float  # the instance's budget
+    scale: float
+
+    def value_at(self, budget: float) -> float:
+        """Best saved runtime within ``budget`` (memory units)."""
+        quanta = round(budget * self.scale)
+        index = int(np.searchsorted(self.budget_quanta, quanta, side="right")) - 1
+        return float(self.max_runtime[index]) if index >= 0 else 0.0
+
+
+def pareto(
+    memory: Sequence[float] | np.ndarray,
+    runtime: Sequence[float] | np.ndarray,
+    max_memory: float,
+    *,
+    scale: float = 10000,
+    max_planner_bytes: int | None = None,
+) -> ParetoFront:
+    """Every breakpoint of best saved runtime against budget, in one Nemhauser-Ullmann pass."""
+    scale = number(scale, "scale")
+    budgets, values, _ = _core.pareto(
+        vector(memory, "memory"),
+        vector(runtime, "runtime"),
+        number(max_memory, "max_memory"),
+        scale,
+        _planner_bytes(max_planner_bytes),
+    )
+    quanta = np.asarray(budgets, dtype=np.int64)
+    return ParetoFront(quanta / scale, quanta, np.asarray(values), float(max_memory), scale)

@@ -1,0 +1,100 @@
+"""remat inside torch.compile: the memory-budget partitioner's knapsack, solved by remat.
+
+    import remat.torch
+    remat.torch.use()                  # every later torch.compile uses remat's exact solver
+    with remat.torch.use("exact"):     # or only inside this block
+        ...
+
+torch calls a custom solver as ``solver(memory, joint_graph, max_memory, node_info,
+all_recomputable_banned_nodes)`` and does not pass the runtimes; the adapter computes them with
+torch's own ``estimate_runtime`` (which honours ``activation_memory_budget_runtime_estimator``),
+the same function torch uses to build the runtimes it gives its built-in solvers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import torch
+import torch._functorch.config as functorch_config
+from torch._functorch import partitioners
+from torch._inductor.custom_graph_pass import CustomKnapsackSolver
+
+from . import __version__
+from ._solve import SOLVERS, Result, solve
+
+
+class _torch_dispatch_enabled:
+    """Undoes torch.utils._mode_utils.no_dispatch inside the block.
+
+    torch estimates runtimes before it enters no_dispatch, but calls a custom solver inside it,
+    where FlopCounterMode would count nothing (every runtime would read 1). no_dispatch excludes
+    the Python dispatch keys from thread-local state; this restores them, then puts back exactly
+    what it found."""
+
+    _KEYS = (torch._C.DispatchKey.Python, torch._C.DispatchKey.PythonTLSSnapshot)
+
+    def __enter__(self) -> None:
+        self._saved = [torch._C._dispatch_tls_is_dispatch_key_excluded(k) for k in self._KEYS]
+        for key in self._KEYS:
+            torch._C._dispatch_tls_set_dispatch_key_excluded(key, False)
+
+    def __exit__(self, *exc: object) -> None:
+        for key, excluded in zip(self._KEYS, self._saved):
+            torch._C._dispatch_tls_set_dispatch_key_excluded(key, excluded)
+
+
+def node_runtimes(nodes: list[Any]) -> list[float]:
+    """Runtimes of candidate nodes exactly as torch's partitioner estimates them (its own
+    estimate_runtime, under the configured activation_memory_budget_runtime_estimator)."""
+    with _torch_dispatch_enabled():
+        return [float(partitioners.estimate_runtime(node)) for node in nodes]
+
+
+class RematKnapsackSolver(CustomKnapsackSolver):
+    """A CustomKnapsackSolver backed by remat; its uuid() keeps the AOTAutograd cache working."""
+
+    def __init__(self, solver: str = "exact", *, time_limit: float | None = None) -> None:
+        if solver not in SOLVERS:
+            raise ValueError(f"solver: unknown solver '{solver}' (expected one of {', '.join(SOLVERS)})")
+        self.solver = solver
+        self.time_limit = time_limit
+        self.last_result: Result | None = None
+        self.last_runtimes: list[float] | None = None
+
+    def __call__(
+        self,
+        memory: list[float],
+        joint_graph: Any,
+        max_memory: float,
+        node_info: Any,
+        all_recomputable_banned_nodes: list[Any],
+    ) -> tuple[list[int], list[int]]:
+        runtimes = node_runtimes(all_recomputable_banned_nodes)
+        result = solve(memory, runtimes, max_memory, solver=self.solver, time_limit=self.time_limit)
+        self.last_result, self.last_runtimes = result, runtimes
+        return list(result.saved), list(result.recomputed)
+
+    def uuid(self) -> str:
+        key = f"remat-{__version__}-{self.solver}-{self.time_limit}"
+        return hashlib.sha256(key.encode()).hexdigest()
+
+
+class use:
+    """Makes torch.compile's memory-budget partitioner use remat; restores the previous solver
+    when used as a context manager (a plain call leaves remat in place)."""
+
+    def __init__(self, solver: str = "exact", *, time_limit: float | None = None) -> None:
+        self.knapsack_solver = RematKnapsackSolver(solver, time_limit=time_limit)
+        self._previous = functorch_config.activation_memory_budget_solver
+        functorch_config.activation_memory_budget_solver = self.knapsack_solver
+
+    def __enter__(self) -> RematKnapsackSolver:
+        return self.knapsack_solver
+
+    def __exit__(self, *exc: object) -> None:
+        functorch_config.activation_memory_budget_solver = self._previous
+
+
+__all__ = ["RematKnapsackSolver", "node_runtimes", "use"]

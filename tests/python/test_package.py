@@ -1,0 +1,124 @@
+"""The Python package: solve(), pareto(), the drop-in knapsack module, errors, threads."""
+
+import inspect
+import json
+import subprocess
+import threading
+
+import numpy as np
+import pytest
+
+import remat
+import remat.knapsack
+
+INSTANCE = {"memory": [2, 3, 2, 4, 1], "runtime": [1, 2, 1, 3, 2], "max_memory": 5}
+
+
+@pytest.mark.parametrize("solver", remat.SOLVERS)
+@pytest.mark.parametrize("kind", [list, tuple, np.array])
+def test_solve_accepts_lists_tuples_and_arrays(solver, kind):
+    result = remat.solve(kind(INSTANCE["memory"]), kind(INSTANCE["runtime"]), 5, solver=solver)
+    assert result.solver == solver
+    assert sorted(result.saved + result.recomputed) == list(range(5))
+    assert result.quantized_memory_used <= result.quantized_max_memory
+    if solver != "greedy":
+        assert (result.status, result.max_runtime, result.saved) == ("optimal", 5.0, [3, 4])
+
+
+def test_result_has_the_cli_fields(run):
+    code, out, _ = run("solve", "-", stdin=json.dumps(INSTANCE))
+    cli = json.loads(out)
+    result = remat.solve(**INSTANCE)
+    for key, value in cli.items():
+        if key not in ("seconds", "planner_peak_bytes"):
+            assert getattr(result, key) == value, key
+
+
+BAD = [
+    ({"memory": [1, float("nan")], "runtime": [1, 1], "max_memory": 1}, ValueError),
+    ({"memory": [1, -1], "runtime": [1, 1], "max_memory": 1}, ValueError),
+    ({"memory": [1, 2], "runtime": [1], "max_memory": 1}, ValueError),
+    ({"memory": [1], "runtime": [1], "max_memory": -1}, ValueError),
+    ({"memory": [1, "a"], "runtime": [1, 1], "max_memory": 1}, TypeError),
+    ({"memory": [1], "runtime": [None], "max_memory": 1}, TypeError),
+    ({"memory": [1], "runtime": [True], "max_memory": 1}, TypeError),
+    ({"memory": [1e300], "runtime": [1], "max_memory": 1}, ValueError),
+    ({"memory": [1], "runtime": [1], "max_memory": "5"}, TypeError),
+]
+
+
+@pytest.mark.parametrize("instance,error", BAD)
+def test_bad_input_raises_with_the_cli_message(run, instance, error):
+    with pytest.raises(error) as caught:
+        remat.solve(instance["memory"], instance["runtime"], instance["max_memory"])
+    text = json.dumps(instance).replace("NaN", "1")  # NaN is not JSON; the CLI names it at parse time
+    if "NaN" not in json.dumps(instance):
+        code, out, err = run("solve", "-", stdin=text)
+        assert code == 2
+        assert err.strip() == f"error: {caught.value}"
+
+
+def test_nan_and_infinity_name_the_index():
+    with pytest.raises(ValueError, match=r"memory\[1\]: is NaN"):
+        remat.solve([1, float("nan")], [1, 1], 1)
+    with pytest.raises(ValueError, match=r"runtime\[0\]: is infinite"):
+        remat.solve([1], [float("inf")], 1)
+
+
+def test_unknown_solver_and_bad_options():
+    with pytest.raises(ValueError, match="solver: unknown solver 'ilp'"):
+        remat.solve([1], [1], 1, solver="ilp")
+    with pytest.raises(ValueError, match="time_limit: must be a positive"):
+        remat.solve([1], [1], 1, time_limit=0)
+    with pytest.raises(ValueError, match="max_planner_bytes"):
+        remat.solve([1], [1], 1, max_planner_bytes=-5)
+    with pytest.raises(ValueError, match="one-dimensional"):
+        remat.solve(np.ones((2, 2)), [1, 1], 1)
+
+
+def test_planner_memory_refusal_is_a_memory_error_naming_a_solver():
+    rng = np.random.default_rng(0)
+    memory = rng.uniform(0, 1e4, 100)
+    runtime = memory * rng.uniform(0.5, 1.5, 100)
+    with pytest.raises(MemoryError, match="use --solver exact") as caught:
+        remat.solve(memory, runtime, 1e5, solver="dp", max_planner_bytes=10**8)
+    assert isinstance(caught.value, remat.PlannerMemoryError)
+    assert remat.solve(memory, runtime, 1e5, max_planner_bytes=10**8).status == "optimal"
+
+
+def test_threads_solve_concurrently_with_identical_results():
+    rng = np.random.default_rng(1)
+    instances = [(rng.uniform(0, 0.01, 300), rng.uniform(0, 1, 300), 0.5) for _ in range(8)]
+    expected = [remat.solve(*i).saved for i in instances]
+    results = [None] * 8
+
+    def work(k):
+        for _ in range(20):
+            results[k] = remat.solve(*instances[k]).saved
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == expected
+
+
+def test_pareto_matches_solve_at_every_breakpoint():
+    front = remat.pareto(**INSTANCE)
+    assert front.budget_quanta[0] == 0
+    for budget, value in zip(front.budgets, front.max_runtime):
+        assert remat.solve(INSTANCE["memory"], INSTANCE["runtime"], budget).max_runtime == value
+        assert front.value_at(budget) == value
+    assert front.value_at(INSTANCE["max_memory"]) == 5.0
+
+
+def test_knapsack_module_has_torch_signatures():
+    torch_knapsack = pytest.importorskip("torch._functorch._activation_checkpointing.knapsack")
+    for name in ["dp_knapsack", "dp_knapsack_sliding_hirschberg", "greedy_knapsack", "ilp_knapsack"]:
+        ours, theirs = getattr(remat.knapsack, name), getattr(torch_knapsack, name)
+        assert list(inspect.signature(ours).parameters)[:1] == list(inspect.signature(theirs).parameters)[:1]
+        assert len(inspect.signature(ours).parameters) == len(inspect.signature(theirs).parameters)
+        max_runtime, saved, recomputed = ours([2, 3, 2, 4, 1], [1, 2, 1, 3, 2], 5)
+        assert isinstance(max_runtime, float) and isinstance(saved, list) and isinstance(recomputed, list)
+        assert sorted(saved + recomputed) == list(range(5))
