@@ -135,14 +135,15 @@ nb::dict plan_profile(std::int64_t input_bytes, const std::vector<std::int64_t>&
   return out;
 }
 
-nb::dict simulate_profile(std::int64_t input_bytes, const std::vector<std::int64_t>& activation_bytes,
+nb::dict simulate_profile(std::int64_t input_bytes,
+                          const std::vector<std::int64_t>& activation_bytes,
                           const std::vector<double>& forward_time, const std::string& strategy,
                           std::int64_t parameter) {
   const auto profile = make_profile(input_bytes, activation_bytes, forward_time);
   std::vector<ActionTuple> schedule;
-  const auto sim =
-      remat::chain::simulate(profile, remat::chain::parse_strategy(strategy), parameter,
-                             [&](const remat::chain::Action& a) { schedule.push_back(action_tuple(a)); });
+  const auto sim = remat::chain::simulate(
+      profile, remat::chain::parse_strategy(strategy), parameter,
+      [&](const remat::chain::Action& a) { schedule.push_back(action_tuple(a)); });
   nb::dict out = simulation_dict(sim);
   out["schedule"] = schedule;
   return out;

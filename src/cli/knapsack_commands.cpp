@@ -1,5 +1,9 @@
 // `remat solve` and `remat pareto`.
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -39,6 +43,44 @@ void add_common(CLI::App* sub, CommonOptions& o) {
   sub->add_option("file", o.file, "Instance JSON file, or - for standard input");
 }
 
+std::string shell_quote(const std::string& text) {
+  std::string quoted = "'";
+  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+// Plotting lives in the Python package (matplotlib); the instance is validated here first, so
+// bad input gets the same error and exit code as without --plot.
+void plot_through_python(const CommonOptions& o, const std::string& image) {
+  const std::string text = read_input(o.file);
+  quantize([&] {
+    io::Instance instance = io::read_instance(text);
+    instance.input.scale = o.scale;
+    return instance.input;
+  }());
+  std::string path = o.file;
+  std::string temporary;
+  if (path.empty() || path == "-") {
+    temporary = (std::filesystem::temp_directory_path() /
+                 ("remat-plot-" + std::to_string(::getpid()) + ".json"))
+                    .string();
+    std::ofstream(temporary) << text;
+    path = temporary;
+  }
+  std::ostringstream scale;
+  scale.precision(17);
+  scale << o.scale;
+  const std::string command = "python3 -m remat pareto --plot " + shell_quote(image) + " --scale " +
+                              scale.str() + " " + shell_quote(path);
+  std::cout.flush();
+  const int status = std::system(command.c_str());
+  if (!temporary.empty()) std::filesystem::remove(temporary);
+  if (status != 0) {
+    throw std::runtime_error("plot: '" + command +
+                             "' failed; is the Python package installed (pip install .)?");
+  }
+}
+
 KnapsackProblem load_problem(const CommonOptions& o) {
   io::Instance instance = io::read_instance(read_input(o.file));
   instance.input.scale = o.scale;
@@ -71,10 +113,17 @@ Command add_pareto(CLI::App& app) {
       "pareto", "Best saved runtime for every budget from 0 to max_memory, in one pass");
   auto common = std::make_shared<CommonOptions>();
   auto points = std::make_shared<std::size_t>(0);
+  auto plot = std::make_shared<std::string>();
   sub->add_option("--points", *points, "K evenly spaced budgets instead of every breakpoint");
+  sub->add_option("--plot", *plot,
+                  "Draw the curve to this image (.png/.svg) through the remat Python package");
   add_common(sub, *common);
   return [=] {
     if (*points == 1) throw InputError("points", std::nullopt, "must be at least 2");
+    if (!plot->empty()) {
+      plot_through_python(*common, *plot);
+      return;
+    }
     const KnapsackProblem problem = load_problem(*common);
     const std::vector<ParetoPoint> front = pareto_front(problem, common->max_planner_bytes);
     if (*points == 0) {
