@@ -100,3 +100,22 @@ def test_use_as_a_plain_call_and_restore():
     assert functorch_config.activation_memory_budget_solver == previous
     with pytest.raises(ValueError, match="unknown solver"):
         remat.torch.use("magic")
+
+
+def test_default_inductor_backend(torch_instances):
+    """One case through the default backend (inductor compiles C++ kernels on the CPU: ~20 s)."""
+    torch.manual_seed(0)
+    model = Block()
+    reference = copy.deepcopy(model)
+    x = torch.randn(4, 16, 64)
+    torch._dynamo.reset()
+    with remat.torch.use("exact") as solver, functorch_config.patch(activation_memory_budget=0.3):
+        torch.compile(model)(x).square().mean().backward()
+    reference(x).square().mean().backward()
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
+    assert solver.last_result is not None and solver.last_result.status == "optimal"
+    memory, runtimes, max_memory = torch_instances[-1]
+    assert solver.last_runtimes == [float(r) for r in runtimes]
+    ilp_value, _, _ = torch_knapsack.ilp_knapsack(memory, runtimes, max_memory)
+    assert solver.last_result.max_runtime == pytest.approx(ilp_value, rel=1e-4)
