@@ -21,11 +21,23 @@ class InputError : public std::invalid_argument {
   std::optional<std::size_t> index_;
 };
 
-// A solver would need more planner memory than the caller allows. Raised before the allocation,
-// never after it failed.
-class PlannerMemoryError : public std::runtime_error {
+// A request refused up front because it would exceed a resource limit. The CLI exits 3.
+class ResourceLimitError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// A solver would need more planner memory than the caller allows. Raised before the allocation,
+// never after it failed.
+class PlannerMemoryError : public ResourceLimitError {
+ public:
+  using ResourceLimitError::ResourceLimitError;
+};
+
+// A table solver could not finish within the caller's time limit (its work is known up front).
+class WorkLimitError : public ResourceLimitError {
+ public:
+  using ResourceLimitError::ResourceLimitError;
 };
 
 }  // namespace remat

@@ -22,8 +22,10 @@ const std::vector<Solver>& all_solvers();
 
 struct SolveOptions {
   Solver solver = Solver::kExact;
-  std::optional<double> time_limit_seconds;  // honoured by `exact`; others refuse up front instead
-  std::size_t max_planner_bytes = 0;         // 0 means default_max_planner_bytes()
+  // `exact` stops at the limit with its best plan and bound; `dp` and `sliding_hirschberg`
+  // refuse up front (WorkLimitError) when their n x W cells cannot be done in time.
+  std::optional<double> time_limit_seconds;
+  std::size_t max_planner_bytes = 0;  // 0 means default_max_planner_bytes()
 };
 
 // Half of physical memory, or 4 GiB where that cannot be read.
@@ -33,8 +35,11 @@ std::size_t default_max_planner_bytes();
 std::size_t dp_planner_bytes(const KnapsackProblem& problem);
 std::size_t sliding_hirschberg_planner_bytes(const KnapsackProblem& problem);
 
+// A conservative rate for the table solvers' refusal: cells (items x quanta) per second.
+inline constexpr double kTableCellsPerSecond = 4e9;
+
 // Throws PlannerMemoryError (naming a solver that would fit) when the chosen solver cannot stay
-// under max_planner_bytes.
+// under max_planner_bytes, and WorkLimitError when a table solver cannot meet the time limit.
 KnapsackResult solve(const KnapsackProblem& problem, const SolveOptions& options = {});
 
 // One point of the exact budget/runtime trade-off curve.

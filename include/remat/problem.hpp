@@ -2,6 +2,7 @@
 // validated, quantized form that every solver receives.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -9,6 +10,8 @@
 namespace remat {
 
 inline constexpr double kDefaultScale = 10000.0;
+// More items than this are refused by quantize(): far beyond any graph torch partitions.
+inline constexpr std::size_t kMaxItems = 100'000'000;
 
 // What a user hands in: unquantized memory per candidate op, the runtime that saving it spares,
 // and the budget. Same units and meaning as torch's solvers take.

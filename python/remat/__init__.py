@@ -9,7 +9,7 @@ the C++ core (``remat._core``); this package is the thin layer that reaches PyTo
 - :mod:`remat.torch`: ``remat.torch.use()`` makes torch.compile use remat's solver.
 """
 
-from ._core import InputError, InvalidSchedule, PlannerMemoryError
+from ._core import InputError, InvalidSchedule, PlannerMemoryError, WorkLimitError
 from . import knapsack
 from ._solve import SOLVERS, ParetoFront, Result, pareto, solve
 
@@ -23,4 +23,5 @@ __all__ = [
     "SOLVERS",
     "pareto",
     "solve",
+    "WorkLimitError",
 ]

@@ -155,6 +155,7 @@ NB_MODULE(_core, m) {
   m.doc() = "remat's C++ core: exact knapsack solvers and chain checkpointing planners";
   nb::exception<remat::InputError>(m, "InputError", PyExc_ValueError);
   nb::exception<remat::PlannerMemoryError>(m, "PlannerMemoryError", PyExc_MemoryError);
+  nb::exception<remat::WorkLimitError>(m, "WorkLimitError", PyExc_TimeoutError);
   nb::exception<remat::chain::InvalidSchedule>(m, "InvalidSchedule", PyExc_ValueError);
 
   m.def("solve", &solve, "memory"_a, "runtime"_a, "max_memory"_a, "solver"_a, "scale"_a,

@@ -155,6 +155,7 @@ void Simulator::apply(const Action& a) {
       break;
     }
     case Action::Kind::kBackward:
+      if (a.first < 1 || a.first > n_) reject("layer out of range");
       if (frontier_ < n_) reject("the first forward pass has not reached a_" + std::to_string(n_));
       if (a.first != next_backward_) {
         reject("expected backward " + std::to_string(next_backward_) + " next");

@@ -1,6 +1,7 @@
-// `remat`: the command-line edge. Exit codes: 0 success, 2 bad input or usage, 3 planner memory
-// refused, 1 anything unexpected. Errors are one line on stderr starting with "error:"; nothing
-// is written to stdout on failure (each command prints only after it has succeeded).
+// `remat`: the command-line edge. Exit codes: 0 success, 2 bad input or usage, 3 refused for a
+// resource limit (planner memory, or a table solver's work beyond --time-limit), 1 anything
+// unexpected. Errors are one line on stderr starting with "error:"; nothing is written to stdout on
+// failure (each command prints only after it has succeeded).
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <new>
@@ -42,7 +43,7 @@ int main(int argc, char** argv) {
   } catch (const remat::InputError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 2;
-  } catch (const remat::PlannerMemoryError& e) {
+  } catch (const remat::ResourceLimitError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 3;
   } catch (const std::bad_alloc&) {

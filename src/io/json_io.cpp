@@ -38,9 +38,23 @@ std::vector<double> number_array(const json& root, const std::string& field) {
 }
 
 // nlohmann prefixes its messages with "[json.exception.parse_error.101] "; users need the rest.
+// The rest can quote the offending input, which may be invalid UTF-8 or control characters:
+// those bytes are written as \xNN so the error line stays one printable line.
 std::string without_exception_id(const std::string& message) {
   const auto pos = message.find("] ");
-  return pos == std::string::npos ? message : message.substr(pos + 2);
+  const std::string text = pos == std::string::npos ? message : message.substr(pos + 2);
+  std::string out;
+  for (unsigned char c : text) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      static const char* const kHex = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
 }
 
 json parse_document(std::string_view text) {

@@ -62,6 +62,11 @@ KnapsackProblem quantize(const KnapsackInput& input) {
     throw InputError("scale", std::nullopt,
                      "must be a positive finite number, got " + number_text(input.scale));
   }
+  if (input.memory.size() > kMaxItems) {
+    throw InputError("memory", std::nullopt,
+                     "has " + std::to_string(input.memory.size()) + " entries; at most " +
+                         std::to_string(kMaxItems) + " are supported");
+  }
   if (input.runtime.size() != input.memory.size()) {
     throw InputError("runtime", std::nullopt,
                      "has " + std::to_string(input.runtime.size()) + " entries but memory has " +

@@ -106,6 +106,23 @@ void check_table_solver_fits(const detail::ReducedProblem& reduced, Solver solve
                            "; use --solver " + alternative + " (or raise --max-planner-bytes)");
 }
 
+// The table solvers' work is n x W cells, known before they start: refuse what the time limit
+// cannot cover rather than run past it. The sliding solver does about twice the cells.
+void check_table_solver_time(const detail::ReducedProblem& reduced, const SolveOptions& options) {
+  if (!options.time_limit_seconds) return;
+  if (options.solver != Solver::kDp && options.solver != Solver::kSlidingHirschberg) return;
+  const double cells = static_cast<double>(reduced.size()) *
+                       (static_cast<double>(reduced.capacity) + 1) *
+                       (options.solver == Solver::kSlidingHirschberg ? 2.0 : 1.0);
+  const double seconds = cells / kTableCellsPerSecond;
+  if (seconds > *options.time_limit_seconds) {
+    throw WorkLimitError(to_string(options.solver) + " needs about " + std::to_string(seconds) +
+                         " s for " + std::to_string(static_cast<long long>(cells)) +
+                         " table cells, over the time limit of " +
+                         std::to_string(*options.time_limit_seconds) + " s; use --solver exact");
+  }
+}
+
 }  // namespace
 
 std::string to_string(SolveStatus status) {
@@ -178,7 +195,10 @@ KnapsackResult solve(const KnapsackProblem& problem, const SolveOptions& options
   const detail::ReducedProblem reduced = detail::reduce(problem);
   detail::PlannerMemory memory(cap, to_string(options.solver).c_str());
   const bool everything_fits = total_weight(reduced) <= reduced.capacity;
-  if (!everything_fits) check_table_solver_fits(reduced, options.solver, cap);
+  if (!everything_fits) {
+    check_table_solver_fits(reduced, options.solver, cap);
+    check_table_solver_time(reduced, options);
+  }
   const detail::ReducedSolution solution =
       dispatch(reduced, options, memory, start, everything_fits);
   KnapsackResult result = assemble(problem, reduced, solution);

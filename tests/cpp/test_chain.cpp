@@ -227,6 +227,9 @@ TEST(Simulator, RejectsInvalidSchedulesNamingTheStep) {
   EXPECT_EQ(failing_step(2, {Action::forward(1, 1), Action::forward(2, 2), Action::backward(2)}),
             3);
   EXPECT_EQ(failing_step(1, {Action::forward(1, 1), Action::backward(1)}), -1);
+  // Found by fuzz_chain: a backward of layer 0 after the last one used to read a_{-1}.
+  EXPECT_EQ(failing_step(1, {Action::forward(1, 1), Action::backward(1), Action::backward(0)}), 3);
+  EXPECT_EQ(failing_step(2, {Action::forward(1, 2), Action::backward(7)}), 2);
 }
 
 TEST(Simulator, ForwardRangeCountsWorkingValueAndRecompute) {

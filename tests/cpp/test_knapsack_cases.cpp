@@ -168,6 +168,29 @@ TEST(TimeLimit, ExactReturnsAFeasiblePlanAndAValidBound) {
   }
 }
 
+TEST(TimeLimit, TableSolversRefuseWorkTheyCannotFinishInTime) {
+  GenerateOptions g;
+  g.family = "paper_scale";
+  g.n = 2000;
+  g.budget_quanta = 1e8;  // 2000 x 10^8 cells: far beyond a millisecond
+  const KnapsackProblem p = quantize(generate(g).input);
+  for (Solver s : {Solver::kDp, Solver::kSlidingHirschberg}) {
+    SolveOptions options;
+    options.solver = s;
+    options.time_limit_seconds = 1e-3;
+    options.max_planner_bytes = std::size_t{1} << 40;
+    try {
+      solve(p, options);
+      FAIL() << to_string(s) << " should refuse";
+    } catch (const WorkLimitError& e) {
+      EXPECT_NE(std::string(e.what()).find("use --solver exact"), std::string::npos) << e.what();
+    }
+  }
+  SolveOptions options;
+  options.time_limit_seconds = 1e-3;
+  EXPECT_NO_THROW(solve(p, options));  // exact honours the limit itself
+}
+
 TEST(TimeLimit, RejectsNonPositive) {
   SolveOptions options;
   options.time_limit_seconds = 0;

@@ -197,3 +197,10 @@ def test_demo_on_a_file(run, tmp_path):
     code, out, _ = run("demo", str(path))
     assert code == 0
     assert "saved:      3, 4" in out
+
+
+def test_table_solver_refuses_a_time_limit_it_cannot_meet(run):
+    _, instance, _ = run("generate", "--family", "paper_scale", "--n", "2000", "--seed", "1", "--budget-quanta", "1e8")
+    code, out, err = run("solve", "--solver", "dp", "--time-limit", "0.001", "--max-planner-bytes", str(1 << 40), "-", stdin=instance)
+    assert code == 3 and out == ""
+    assert err.startswith("error: dp needs about") and "use --solver exact" in err
