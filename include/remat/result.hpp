@@ -30,4 +30,21 @@ struct KnapsackResult {
   std::size_t planner_peak_bytes = 0;  // the solver's own peak working memory
 };
 
+// Every reported field of a result, in one place, for the edges that serialize it (JSON in the
+// CLI, dicts in Python): visit(name, value) for each, in the order the CLI prints them.
+template <typename Visitor>
+void visit_fields(const KnapsackResult& r, Visitor&& visit) {
+  visit("solver", r.solver);
+  visit("status", to_string(r.status));
+  visit("max_runtime", r.max_runtime);
+  visit("upper_bound", r.upper_bound);
+  visit("saved", r.saved);
+  visit("recomputed", r.recomputed);
+  visit("memory_used", r.memory_used);
+  visit("quantized_memory_used", r.quantized_memory_used);
+  visit("quantized_max_memory", r.capacity);
+  visit("seconds", r.seconds);
+  visit("planner_peak_bytes", r.planner_peak_bytes);
+}
+
 }  // namespace remat

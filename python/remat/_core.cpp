@@ -29,17 +29,7 @@ remat::KnapsackProblem make_problem(const Vector& memory, const Vector& runtime,
 
 nb::dict result_dict(const remat::KnapsackResult& r) {
   nb::dict out;
-  out["solver"] = r.solver;
-  out["status"] = remat::to_string(r.status);
-  out["max_runtime"] = r.max_runtime;
-  out["upper_bound"] = r.upper_bound;
-  out["saved"] = r.saved;
-  out["recomputed"] = r.recomputed;
-  out["memory_used"] = r.memory_used;
-  out["quantized_memory_used"] = r.quantized_memory_used;
-  out["quantized_max_memory"] = r.capacity;
-  out["seconds"] = r.seconds;
-  out["planner_peak_bytes"] = r.planner_peak_bytes;
+  remat::visit_fields(r, [&](const char* name, const auto& value) { out[name] = value; });
   return out;
 }
 

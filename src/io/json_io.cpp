@@ -163,17 +163,7 @@ std::string instance_json(const GeneratedInstance& instance) {
 
 std::string result_json(const KnapsackResult& r) {
   json out;
-  out["solver"] = r.solver;
-  out["status"] = to_string(r.status);
-  out["max_runtime"] = r.max_runtime;
-  out["upper_bound"] = r.upper_bound;
-  out["saved"] = r.saved;
-  out["recomputed"] = r.recomputed;
-  out["memory_used"] = r.memory_used;
-  out["quantized_memory_used"] = r.quantized_memory_used;
-  out["quantized_max_memory"] = r.capacity;
-  out["seconds"] = r.seconds;
-  out["planner_peak_bytes"] = r.planner_peak_bytes;
+  visit_fields(r, [&](const char* name, const auto& value) { out[name] = value; });
   return out.dump();
 }
 

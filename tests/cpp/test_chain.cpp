@@ -6,6 +6,7 @@
 #include <queue>
 #include <tuple>
 
+#include "chain_exhaustive.hpp"
 #include "remat/chain.hpp"
 #include "remat/errors.hpp"
 
@@ -117,56 +118,16 @@ TEST(Optimal, SimulatedScheduleAchievesTheOptimumWithinMemory) {
   }
 }
 
-// Exhaustive search over every schedule (unit actions) on small chains: Dijkstra on states
-// (held set, first-pass frontier, next backward) under a memory cap.
-std::int64_t exhaustive_min_recompute(int n, int memory) {
-  using State =
-      std::tuple<std::uint32_t, int, int>;  // held mask over a_0..a_{n-1}, frontier, next bw
-  std::map<State, std::int64_t> dist;
-  using Entry = std::pair<std::int64_t, State>;
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> queue;
-  auto push = [&](State s, std::int64_t d) {
-    if (__builtin_popcount(std::get<0>(s)) > memory) return;
-    auto it = dist.find(s);
-    if (it != dist.end() && it->second <= d) return;
-    dist[s] = d;
-    queue.push({d, s});
-  };
-  push({1u, 0, n}, 0);
-  while (!queue.empty()) {
-    auto [d, s] = queue.top();
-    queue.pop();
-    if (dist[s] < d) continue;
-    auto [held, frontier, next] = s;
-    if (next == 0) return d;
-    for (int i = 1; i <= n; ++i) {
-      if (!(held >> (i - 1) & 1)) continue;
-      const std::int64_t cost = d + (i <= frontier ? 1 : 0);
-      const int new_frontier = std::max(frontier, i);
-      const std::uint32_t out = i < n ? (1u << i) : 0u;
-      if (i == n || !(held >> i & 1)) {
-        push({held | out, new_frontier, next}, cost);                       // keep input
-        push({(held & ~(1u << (i - 1))) | out, new_frontier, next}, cost);  // advance in place
-      }
-    }
-    if (frontier == n && (held >> (next - 1) & 1)) push({held, frontier, next - 1}, d);
-    for (int j = 0; j < n; ++j) {
-      if (held >> j & 1) push({held & ~(1u << j), frontier, next}, d);
-    }
-  }
-  return -1;
-}
-
 TEST(Optimal, EqualsExhaustiveSearchOverAllSchedulesOnSmallChains) {
   for (int n = 1; n <= 10; ++n) {
     for (int c = 1; c <= n; ++c) {
-      const std::int64_t brute = exhaustive_min_recompute(n, c);
+      const double brute = testing::exhaustive_min_time(ChainProfile::uniform(n), c);
       const auto closed = optimal_recompute(n, c);
       if (brute < 0) {
         EXPECT_FALSE(closed) << n << " " << c;
       } else {
         ASSERT_TRUE(closed) << n << " " << c;
-        EXPECT_EQ(*closed, brute) << "n " << n << " memory " << c;
+        EXPECT_EQ(static_cast<double>(*closed), brute) << "n " << n << " memory " << c;
       }
     }
   }

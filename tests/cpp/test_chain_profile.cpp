@@ -7,6 +7,7 @@
 #include <random>
 #include <tuple>
 
+#include "chain_exhaustive.hpp"
 #include "remat/chain.hpp"
 #include "remat/errors.hpp"
 
@@ -27,52 +28,6 @@ TEST(ProfilePlanner, UnitProfileReproducesTheUnitOptimum) {
       EXPECT_DOUBLE_EQ(plan.predicted_recompute_time, plan.simulation.recompute_time);
     }
   }
-}
-
-// Dijkstra over every schedule of unit actions, with byte sizes and per-layer times.
-double exhaustive_min_time(const ChainProfile& p, std::int64_t budget) {
-  const int n = static_cast<int>(p.layers());
-  using State = std::tuple<std::uint32_t, int, int>;
-  std::map<State, double> dist;
-  using Entry = std::pair<double, State>;
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> queue;
-  auto bytes_of = [&](std::uint32_t held) {
-    std::int64_t total = 0;
-    for (int j = 0; j < n; ++j) {
-      if (held >> j & 1) total += p.activation_bytes[static_cast<std::size_t>(j)];
-    }
-    return total;
-  };
-  auto push = [&](State s, double d) {
-    if (bytes_of(std::get<0>(s)) > budget) return;
-    auto it = dist.find(s);
-    if (it != dist.end() && it->second <= d) return;
-    dist[s] = d;
-    queue.push({d, s});
-  };
-  push({1u, 0, n}, 0);
-  while (!queue.empty()) {
-    auto [d, s] = queue.top();
-    queue.pop();
-    if (dist[s] < d) continue;
-    auto [held, frontier, next] = s;
-    if (next == 0) return d;
-    for (int i = 1; i <= n; ++i) {
-      if (!(held >> (i - 1) & 1)) continue;
-      const double cost = d + (i <= frontier ? p.forward_time[static_cast<std::size_t>(i)] : 0.0);
-      const int new_frontier = std::max(frontier, i);
-      const std::uint32_t out = i < n ? (1u << i) : 0u;
-      if (i == n || !(held >> i & 1)) {
-        push({held | out, new_frontier, next}, cost);
-        push({(held & ~(1u << (i - 1))) | out, new_frontier, next}, cost);
-      }
-    }
-    if (frontier == n && (held >> (next - 1) & 1)) push({held, frontier, next - 1}, d);
-    for (int j = 0; j < n; ++j) {
-      if (held >> j & 1) push({held & ~(1u << j), frontier, next}, d);
-    }
-  }
-  return -1;
 }
 
 ChainProfile random_profile(std::mt19937_64& rng, std::int64_t n, std::int64_t max_bytes) {
@@ -98,7 +53,7 @@ TEST(ProfilePlanner, EqualsExhaustiveSearchWithBytesAndTimes) {
     for (std::int64_t b : p.activation_bytes) total += b;
     std::uniform_int_distribution<std::int64_t> budget_draw(1, total);
     const std::int64_t budget = budget_draw(rng);
-    const double brute = exhaustive_min_time(p, budget);
+    const double brute = testing::exhaustive_min_time(p, budget);
     if (brute < 0) {
       EXPECT_THROW(plan_profile(p, budget, budget, kPlannerCap), InputError);
       continue;
