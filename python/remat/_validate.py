@@ -32,6 +32,9 @@ def number(value: Any, field: str) -> float:
         raise ValueError(f"{field}: {value} does not fit in a double") from None
 
 
+_PLAIN_NUMBERS = frozenset({float, int, np.float64, np.float32, np.int64, np.int32})
+
+
 def vector(values: Any, field: str) -> np.ndarray:
     """A contiguous float64 vector from a list, tuple or NumPy array; names the bad index."""
     if isinstance(values, np.ndarray):
@@ -42,6 +45,13 @@ def vector(values: Any, field: str) -> np.ndarray:
         return np.ascontiguousarray(values, dtype=np.float64)
     if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__len__"):
         raise TypeError(f"{field}: expected an array, got {describe(values)}")
+    # Fast path: every element a plain number (bool is not one). Checking types with map() and
+    # converting in C keeps a 10^4-item list well under a millisecond.
+    if set(map(type, values)) <= _PLAIN_NUMBERS:
+        try:
+            return np.asarray(values, dtype=np.float64)
+        except OverflowError:
+            pass  # an int beyond double range: the slow path names its index
     out = np.empty(len(values), dtype=np.float64)
     for index, value in enumerate(values):
         out[index] = number(value, f"{field}[{index}]")
