@@ -66,7 +66,9 @@ def test_compile_with_remat_solver(model_name, budget, torch_instances):
     x = torch.randn(*shape)
 
     torch._dynamo.reset()
-    with remat.torch.use("exact") as solver, functorch_config.patch(activation_memory_budget=budget):
+    with remat.torch.use("exact") as solver, functorch_config.patch(
+        activation_memory_budget=budget, enable_autograd_cache=False
+    ):
         compiled = torch.compile(model, backend="aot_eager")
         compiled(x).square().mean().backward()
     assert functorch_config.activation_memory_budget_solver != solver  # restored on exit
@@ -109,7 +111,11 @@ def test_default_inductor_backend(torch_instances):
     reference = copy.deepcopy(model)
     x = torch.randn(4, 16, 64)
     torch._dynamo.reset()
-    with remat.torch.use("exact") as solver, functorch_config.patch(activation_memory_budget=0.3):
+    # A warm AOTAutograd / FX-graph cache (remat's uuid() makes entries reusable) would skip the
+    # partitioner entirely; this test is about the partitioner, so it compiles cold.
+    with remat.torch.use("exact") as solver, functorch_config.patch(
+        activation_memory_budget=0.3, enable_autograd_cache=False
+    ), torch._inductor.config.patch(fx_graph_cache=False):
         torch.compile(model)(x).square().mean().backward()
     reference(x).square().mean().backward()
     for (name, p), q in zip(model.named_parameters(), reference.parameters()):
@@ -119,3 +125,24 @@ def test_default_inductor_backend(torch_instances):
     assert solver.last_runtimes == [float(r) for r in runtimes]
     ilp_value, _, _ = torch_knapsack.ilp_knapsack(memory, runtimes, max_memory)
     assert solver.last_result.max_runtime == pytest.approx(ilp_value, rel=1e-4)
+
+
+def test_uuid_lets_the_aot_autograd_cache_reuse_the_plan(tmp_path, monkeypatch):
+    """With remat's solver installed, a second compile of the same graph is served from the
+    AOTAutograd cache (a raw callable solver would bypass the cache)."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # a cold cache
+    torch.manual_seed(0)
+    model, x = Block(), torch.randn(4, 16, 64)
+    counters = torch._dynamo.utils.counters
+    counters.clear()
+    with remat.torch.use("exact") as solver, functorch_config.patch(
+        activation_memory_budget=0.3, enable_autograd_cache=True
+    ), torch._inductor.config.patch(fx_graph_cache=True, force_disable_caches=False):
+        torch._dynamo.reset()
+        torch.compile(model)(x).square().mean().backward()
+        assert solver.last_result is not None  # cold: the partitioner asked remat
+        solver.last_result = None
+        torch._dynamo.reset()
+        torch.compile(model)(x).square().mean().backward()
+        assert solver.last_result is None  # warm: served from the cache, no new plan
+    assert counters["aot_autograd"]["autograd_cache_hit"] >= 1
