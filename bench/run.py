@@ -38,6 +38,10 @@ TORCH_DP_MAX_BYTES = 2 << 30  # (n+1)(W+1) float32 table
 TORCH_SLIDING_MAX_CELLS = 4e9  # its Python loop touches ~n log n rows of W+1
 TORCH_ILP_MAX_N = 20000
 REMAT_DP_MAX_CELLS = 2e10
+# The exact solver gets a time limit and a planner-memory cap here, so that the hard Pisinger
+# classes at large coefficient ranges report their best plan and bound instead of running away.
+EXACT_TIME_LIMIT = 20.0
+EXACT_PLANNER_BYTES = 4 << 30
 
 
 def quantized(values):
@@ -61,6 +65,8 @@ def why_not(solver, instance):
         return f"~{cells * np.log2(max(n, 2)):.1e} cell updates in a Python loop"
     if solver == "torch.ilp_knapsack" and n > TORCH_ILP_MAX_N:
         return "n above the ILP sweep limit"
+    if solver == "torch.ilp_knapsack" and instance.get("range", 0) > 100000:
+        return "not run at coefficient range 1e7: torch's wrapper gives HiGHS no time limit"
     if solver in ("remat.dp", "remat.sliding_hirschberg") and cells > REMAT_DP_MAX_CELLS:
         return f"{cells:.1e} table cells"
     if solver == "remat.dp" and cells / 8 > 4 << 30:
@@ -73,15 +79,17 @@ def torch_call(name):
 
     def call(m, r, b):
         value, saved, _ = fn(m, r, b)
-        return float(value), list(saved)
+        return float(value), list(saved), None, None
 
     return call
 
 
 def remat_call(solver):
+    limits = {"time_limit": EXACT_TIME_LIMIT, "max_planner_bytes": EXACT_PLANNER_BYTES} if solver == "exact" else {}
+
     def call(m, r, b):
-        result = remat.solve(m, r, b, solver=solver)
-        return result.max_runtime, result.saved
+        result = remat.solve(m, r, b, solver=solver, **limits)
+        return result.max_runtime, result.saved, result.status, result.upper_bound
 
     return call
 
@@ -118,10 +126,36 @@ def families(quick):
         yield "paper_scale", f"n={n} Q={q:.0e}", generate("paper_scale", n, 1, budget_quanta=q)
     classes = ["uncorrelated", "weakly_correlated", "strongly_correlated", "inverse_strongly_correlated",
                "almost_strongly_correlated", "subset_sum", "spanner", "profit_ceiling", "circle"]
-    sizes = [(10000, 1000)] if quick else [(1000, 1000), (10000, 1000), (10000, 100000), (100000, 1000)]
+    sizes = [(10000, 1000)] if quick else [(n, r) for n in (1000, 10000, 100000) for r in (1000, 100000, 10000000)]
     for family in classes:
         for n, r in sizes:
-            yield f"pisinger.{family}", f"n={n} R={r}", generate(family, n, 1, range=r)
+            yield f"pisinger.{family}", f"n={n} R={r:.0e}", {**generate(family, n, 1, range=r), "range": r}
+
+
+ILP_TIMEOUT = 30.0
+ILP_SCRIPT = r"""
+import json, statistics, sys, time
+from torch._functorch._activation_checkpointing import knapsack as tk
+instance = json.load(open(sys.argv[1]))
+times = []
+while len(times) < 3 and sum(times) < 10:
+    start = time.perf_counter()
+    value, saved, _ = tk.ilp_knapsack(instance["memory"], instance["runtime"], instance["max_memory"])
+    times.append(time.perf_counter() - start)
+print(json.dumps({"seconds": statistics.median(times), "runs": len(times), "value": float(value), "saved": list(saved)}))
+"""
+
+
+def ilp_in_subprocess(path):
+    """torch's ilp_knapsack gives HiGHS no time limit; on the Pisinger classes it runs in a child
+    process that is stopped after ILP_TIMEOUT seconds (timed inside the child)."""
+    try:
+        done = subprocess.run([sys.executable, "-c", ILP_SCRIPT, str(path)], capture_output=True, text=True,
+                              timeout=ILP_TIMEOUT + 15)
+    except subprocess.TimeoutExpired:
+        return None
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]) if done.returncode == 0 and lines else None
 
 
 def median_time(call, instance, repeats, budget_seconds):
@@ -192,7 +226,15 @@ def run(quick):
                 row["solvers"][solver] = {"skipped": reason}
                 continue
             try:
-                seconds, count, (value, saved) = median_time(call, instance, repeats, 30 if quick else 120)
+                if solver == "torch.ilp_knapsack" and family.startswith("pisinger"):
+                    child = ilp_in_subprocess(path)
+                    if child is None:
+                        row["solvers"][solver] = {"skipped": f"HiGHS did not finish within {ILP_TIMEOUT:g} s"}
+                        continue
+                    seconds, count = child["seconds"], child["runs"]
+                    value, saved, status, bound = child["value"], child["saved"], None, None
+                else:
+                    seconds, count, (value, saved, status, bound) = median_time(call, instance, repeats, 10)
             except MemoryError as error:
                 row["solvers"][solver] = {"skipped": f"refused: {error}"}
                 continue
@@ -200,13 +242,16 @@ def run(quick):
             entry = {"seconds": seconds, "runs": count, "objective": value,
                      "true_objective": float(sum(instance["runtime"][i] for i in saved)),
                      "over_budget": used > budget_q}
+            if status is not None:
+                entry.update(status=status, upper_bound=bound)
             if solver.startswith("remat.") and solver != "remat.greedy":
                 entry["cli_seconds"] = cli_seconds(path, solver.split(".", 1)[1], 1 if quick else 3)
             if family in measure_memory:
                 entry["planner_peak_bytes"] = planner_peak_bytes(solver, path)
             row["solvers"][solver] = entry
         exact_values = [e["true_objective"] for s, e in row["solvers"].items()
-                        if s in EXACT and "true_objective" in e and not e["over_budget"]]
+                        if s in EXACT and "true_objective" in e and not e["over_budget"]
+                        and e.get("status", "optimal") == "optimal"]
         best = max(exact_values) if exact_values else None
         row["best_exact_objective"] = best
         for entry in row["solvers"].values():
@@ -264,19 +309,25 @@ def targets(records):
             f"{e['seconds'] * 1e3:.1f} ms, {((e.get('planner_peak_bytes') or 0) / 1e6):.1f} MB; torch dp: {r['solvers']['torch.dp_knapsack'].get('skipped', 'ran')}")
     pis = [r for r in records if r["family"].startswith("pisinger") and r["n"] == 10000]
     if pis:
-        solved = [r for r in pis if "seconds" in r["solvers"]["remat.exact"]]
+        solved = [r for r in pis if r["solvers"]["remat.exact"].get("status") == "optimal"]
         classical = [r for r in solved if r["family"].split(".")[1] in ("uncorrelated", "weakly_correlated", "subset_sum")]
         add("Pisinger classes at n=1e4: all proven optimal, classical ones in milliseconds",
             len(solved) == len(pis) and all(r["solvers"]["remat.exact"]["seconds"] < 0.05 for r in classical),
-            f"{len(solved)}/{len(pis)} solved; classical max {max((r['solvers']['remat.exact']['seconds'] for r in classical), default=0) * 1e3:.1f} ms")
+            f"{len(solved)}/{len(pis)} proven optimal within {EXACT_TIME_LIMIT:g} s and {EXACT_PLANNER_BYTES >> 30} GiB; classical max {max((r['solvers']['remat.exact']['seconds'] for r in classical), default=0) * 1e3:.1f} ms")
     return out
 
 
 def fmt_seconds(entry):
     if "skipped" in entry:
-        return "—"
+        if entry["skipped"].startswith("HiGHS did not finish"):
+            return f"> {ILP_TIMEOUT:g} s"
+        return "refused" if entry["skipped"].startswith("refused") else "—"
     s = entry["seconds"]
-    return f"{s * 1e3:.3g} ms" if s < 1 else f"{s:.3g} s"
+    text = f"{s * 1e3:.3g} ms" if s < 1 else f"{s:.3g} s"
+    if entry.get("status") == "time_limit":
+        gap = (entry["upper_bound"] - entry["true_objective"]) / max(abs(entry["upper_bound"]), 1e-300)
+        text += f" **time limit, gap <= {gap:.1e}**"
+    return text
 
 
 def write_readme(records, target_rows, meta, micro):
@@ -289,6 +340,8 @@ def write_readme(records, target_rows, meta, micro):
              "a fresh subprocess per solver and instance: the peak-RSS mark is reset after the imports and "
              "a warm-up call (/proc/self/clear_refs), and the peak during the solve minus the RSS before it "
              "is reported. `—` means not run; the reason is in results.json. "
+             f"remat `exact` runs with a {EXACT_TIME_LIMIT:g} s time limit and a {EXACT_PLANNER_BYTES >> 30} GiB "
+             "planner cap; where it stops at the limit the table says so with its proven gap. "
              "Ratios are torch time / remat time within this run.", "", "## Targets", "",
              "| target | met | measured |", "| --- | --- | --- |"]
     for t in target_rows:
