@@ -183,14 +183,11 @@ Command add_chain(CLI::App& app) {
       chain::simulate(o->layers, strategy, parameter,
                       [&](const chain::Action& a) { actions.push_back(action_json(a)); });
     }
-    json out{{"layers", o->layers},    {"strategy", chain::to_string(strategy)},
-             {"memory", sim.memory},   {"recompute", sim.recompute},
-             {"actions", sim.actions}, {"seconds", seconds}};
+    json out{{"layers", o->layers}, {"strategy", chain::to_string(strategy)}};
     if (strategy == chain::Strategy::kEvery) out["every"] = parameter;
     if (strategy == chain::Strategy::kSqrt) out["every"] = chain::sqrt_segment(o->layers);
     if (strategy == chain::Strategy::kOptimal) out["memory_limit"] = parameter;
-    if (o->schedule) out["schedule"] = std::move(actions);
-    std::cout << out.dump() << "\n";
+    print_chain(std::move(out), sim, seconds, std::move(actions), o->schedule);
   };
 }
 

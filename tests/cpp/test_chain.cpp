@@ -2,9 +2,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <map>
-#include <queue>
-#include <tuple>
 
 #include "chain_exhaustive.hpp"
 #include "remat/chain.hpp"
