@@ -1,0 +1,70 @@
+// Checkpoint plans for eager PyTorch: a chain of layers run through non-reentrant
+// torch.utils.checkpoint, nested regions included, under a budget on saved-for-backward bytes.
+//
+// The model is torch's, not the textbook's (see chain.hpp for that one). A plain layer keeps
+// what autograd saves inside it until its backward runs. A checkpoint region keeps only its
+// input; its backward first re-runs the region's forward (which may itself contain regions) and
+// then back-propagates through it. Activations that two neighbouring layers save (a layer's
+// output is often the next layer's saved input) are one tensor and are counted once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace remat::eager {
+
+struct Layer {
+  // Bytes autograd saves inside the layer, not counting its input or output (which the planner
+  // counts once, as activations between layers).
+  std::int64_t saved_bytes = 0;
+  std::int64_t output_bytes = 0;  // its output, the next layer's input
+  bool saves_output = false;      // whether its saved tensors include its own output
+  double forward_time = 0;        // seconds (any unit: the planner only adds them)
+};
+
+struct Profile {
+  std::int64_t input_bytes = 0;  // the chain's input, counted as held for the whole step
+  std::vector<Layer> layers;
+};
+
+// A checkpoint region: layers first..last (0-based, inclusive) at a nesting depth (0: outermost).
+struct Region {
+  std::int64_t first = 0;
+  std::int64_t last = 0;
+  std::int64_t depth = 0;
+  bool operator==(const Region&) const = default;
+};
+
+struct Evaluation {
+  std::int64_t peak_bytes = 0;  // peak saved-for-backward bytes over forward and backward
+  double recompute_time = 0;    // forward time spent again in backward, nested re-runs included
+};
+
+struct Plan {
+  std::vector<Region> regions;      // pre-order: by first layer, outer regions before inner ones
+  Evaluation evaluation;            // of `regions`, in true bytes and times
+  std::int64_t minimum_budget = 0;  // the least peak any plan reaches
+  std::int64_t unit_bytes = 0;      // the memory discretization the search used
+};
+
+// Throws InputError naming the field and index (negative bytes, non-finite or negative time).
+void validate(const Profile& profile);
+
+// Peak bytes and recompute time of a set of regions. Regions must nest (laminar), lie inside
+// the chain, and not repeat a parent's layers exactly (or cover the whole chain); otherwise
+// InputError("regions", index).
+Evaluation evaluate(const Profile& profile, const std::vector<Region>& regions);
+
+// The least peak over all plans, and a plan that reaches it. O(n^3) time, O(n^2) memory.
+Plan minimum_memory_plan(const Profile& profile);
+
+// The least recompute time whose peak fits `budget_bytes`: a dynamic program over (segment,
+// memory in units of ceil(budget / slots) bytes) with every size rounded up, so the plan always
+// fits. Below minimum_budget throws InputError("memory_budget") stating that minimum; when
+// rounding leaves no plan although one fits, returns the minimum-memory plan. Throws
+// PlannerMemoryError when the table would exceed max_planner_bytes.
+Plan plan(const Profile& profile, std::int64_t budget_bytes, std::int64_t slots,
+          std::size_t max_planner_bytes);
+
+}  // namespace remat::eager
