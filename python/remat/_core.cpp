@@ -8,6 +8,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "remat/chain.hpp"
+#include "remat/eager.hpp"
 #include "remat/errors.hpp"
 #include "remat/knapsack.hpp"
 
@@ -139,6 +140,57 @@ nb::dict simulate_profile(std::int64_t input_bytes,
   return out;
 }
 
+using EagerLayer = std::tuple<std::int64_t, std::int64_t, bool, double>;
+using RegionTuple = std::tuple<std::int64_t, std::int64_t, std::int64_t>;
+
+remat::eager::Profile make_eager_profile(std::int64_t input_bytes,
+                                         const std::vector<EagerLayer>& layers) {
+  remat::eager::Profile profile;
+  profile.input_bytes = input_bytes;
+  for (const auto& [saved, output, saves_output, time] : layers) {
+    profile.layers.push_back({saved, output, saves_output, time});
+  }
+  return profile;
+}
+
+nb::dict eager_plan_dict(const remat::eager::Plan& plan) {
+  std::vector<RegionTuple> regions;
+  for (const auto& r : plan.regions) regions.emplace_back(r.first, r.last, r.depth);
+  nb::dict out;
+  out["regions"] = regions;
+  out["peak_bytes"] = plan.evaluation.peak_bytes;
+  out["recompute_time"] = plan.evaluation.recompute_time;
+  out["minimum_budget"] = plan.minimum_budget;
+  out["unit_bytes"] = plan.unit_bytes;
+  return out;
+}
+
+nb::dict eager_plan(std::int64_t input_bytes, const std::vector<EagerLayer>& layers,
+                    std::int64_t budget, std::int64_t slots, std::size_t max_planner_bytes) {
+  const auto profile = make_eager_profile(input_bytes, layers);
+  remat::eager::Plan plan;
+  {
+    nb::gil_scoped_release release;
+    plan = remat::eager::plan(
+        profile, budget, slots,
+        max_planner_bytes ? max_planner_bytes : remat::default_max_planner_bytes());
+  }
+  return eager_plan_dict(plan);
+}
+
+nb::dict eager_minimum(std::int64_t input_bytes, const std::vector<EagerLayer>& layers) {
+  return eager_plan_dict(remat::eager::minimum_memory_plan(make_eager_profile(input_bytes, layers)));
+}
+
+std::tuple<std::int64_t, double> eager_evaluate(std::int64_t input_bytes,
+                                                const std::vector<EagerLayer>& layers,
+                                                const std::vector<RegionTuple>& regions) {
+  std::vector<remat::eager::Region> parsed;
+  for (const auto& [first, last, depth] : regions) parsed.push_back({first, last, depth});
+  const auto e = remat::eager::evaluate(make_eager_profile(input_bytes, layers), parsed);
+  return {e.peak_bytes, e.recompute_time};
+}
+
 }  // namespace
 
 NB_MODULE(_core, m) {
@@ -162,5 +214,9 @@ NB_MODULE(_core, m) {
         "budget"_a, "slots"_a, "max_planner_bytes"_a);
   m.def("simulate_profile", &simulate_profile, "input_bytes"_a, "activation_bytes"_a,
         "forward_time"_a, "strategy"_a, "parameter"_a);
+  m.def("eager_plan", &eager_plan, "input_bytes"_a, "layers"_a, "budget"_a, "slots"_a,
+        "max_planner_bytes"_a);
+  m.def("eager_minimum", &eager_minimum, "input_bytes"_a, "layers"_a);
+  m.def("eager_evaluate", &eager_evaluate, "input_bytes"_a, "layers"_a, "regions"_a);
   m.def("optimal_chain_recompute", &remat::chain::optimal_recompute, "layers"_a, "memory"_a);
 }

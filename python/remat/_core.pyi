@@ -44,3 +44,16 @@ def simulate_profile(
     parameter: int,
 ) -> dict[str, Any]: ...
 def optimal_chain_recompute(layers: int, memory: int) -> int | None: ...
+def eager_plan(
+    input_bytes: int,
+    layers: list[tuple[int, int, bool, float]],
+    budget: int,
+    slots: int,
+    max_planner_bytes: int,
+) -> dict[str, Any]: ...
+def eager_minimum(input_bytes: int, layers: list[tuple[int, int, bool, float]]) -> dict[str, Any]: ...
+def eager_evaluate(
+    input_bytes: int,
+    layers: list[tuple[int, int, bool, float]],
+    regions: list[tuple[int, int, int]],
+) -> tuple[int, float]: ...

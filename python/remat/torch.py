@@ -1,6 +1,8 @@
-"""remat inside torch.compile: the memory-budget partitioner's knapsack, solved by remat.
+"""remat for PyTorch: torch.compile's memory-budget knapsack, and eager checkpointing to a budget.
 
     import remat.torch
+    remat.torch.checkpoint_sequential(layers, x, memory_budget="2GiB")   # eager (remat.eager)
+    remat.torch.auto_checkpoint(model, memory_budget="2GiB")
     remat.torch.use()                  # every later torch.compile uses remat's exact solver
     with remat.torch.use("exact"):     # or only inside this block
         ...
@@ -97,4 +99,29 @@ class use:
         functorch_config.activation_memory_budget_solver = self._previous
 
 
-__all__ = ["RematKnapsackSolver", "node_runtimes", "use"]
+from .eager import (  # noqa: E402  (eager checkpointing lives in its own module)
+    AutoCheckpoint,
+    LayerProfile,
+    Plan,
+    Profile,
+    auto_checkpoint,
+    checkpoint_sequential,
+    plan,
+    profile_layers,
+)
+from .saved_memory import SavedTensorMeter  # noqa: E402
+
+__all__ = [
+    "AutoCheckpoint",
+    "LayerProfile",
+    "Plan",
+    "Profile",
+    "RematKnapsackSolver",
+    "SavedTensorMeter",
+    "auto_checkpoint",
+    "checkpoint_sequential",
+    "node_runtimes",
+    "plan",
+    "profile_layers",
+    "use",
+]

@@ -1,0 +1,140 @@
+"""Measures the bytes of tensors saved for backward, through torch.utils.checkpoint included.
+
+    with SavedTensorMeter(model) as meter:
+        loss = model(x).sum()
+        loss.backward()
+    meter.peak_bytes
+
+An outer ``saved_tensors_hooks`` sees what plain layers save and the inputs each checkpoint
+region keeps, but not what a region saves while it re-runs in backward: non-reentrant
+checkpoint pushes its own hooks there and keeps the re-computed tensors in its frame. The meter
+therefore also watches the frames (it wraps ``_CheckpointFrame.__init__`` while it is active, so
+that each frame's re-computed tensors are counted from the moment they are stored to the moment
+backward releases them).
+
+Bytes are counted per storage, once however many tensors view it; storages of the excluded
+modules' parameters and buffers (and of any leaf tensor that requires grad) are not counted.
+Saved bytes only grow when something is saved, so the peak is taken at those moments exactly.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import defaultdict
+from typing import Any, Iterable
+
+import torch
+import torch.utils.checkpoint as torch_checkpoint
+
+_patch_lock = threading.Lock()
+_active_meters: list["SavedTensorMeter"] = []
+_original_frame_init = torch_checkpoint._CheckpointFrame.__init__
+
+
+def _metered_frame_init(frame: Any, *args: Any, **kwargs: Any) -> None:
+    _original_frame_init(frame, *args, **kwargs)
+    meters = list(_active_meters)
+    if meters:
+        frame.recomputed = defaultdict(lambda: _MeteredRecomputed(meters))
+
+
+class _MeteredRecomputed(weakref.WeakKeyDictionary):  # type: ignore[type-arg]
+    """A frame's store of re-computed tensors; an entry lives as long as its handle."""
+
+    def __init__(self, meters: list["SavedTensorMeter"]) -> None:
+        super().__init__()
+        self._meters = meters
+
+    def __setitem__(self, handle: Any, tensor: torch.Tensor) -> None:
+        super().__setitem__(handle, tensor)
+        for meter in self._meters:
+            meter._hold(handle, tensor)
+
+
+class _Saved:
+    __slots__ = ("tensor", "__weakref__")
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+
+def storage_key(tensor: torch.Tensor) -> tuple[str, int, int]:
+    storage = tensor.untyped_storage()
+    return (str(tensor.device), storage.data_ptr(), storage.nbytes())
+
+
+def excluded_storages(objects: Iterable[Any]) -> set[tuple[str, int, int]]:
+    """Storages of the parameters and buffers of modules (and of tensors) in `objects`."""
+    keys = set()
+    for obj in objects:
+        if isinstance(obj, torch.nn.Module):
+            for tensor in list(obj.parameters()) + list(obj.buffers()):
+                keys.add(storage_key(tensor))
+        elif isinstance(obj, torch.Tensor):
+            keys.add(storage_key(obj))
+    return keys
+
+
+def is_persistent(tensor: torch.Tensor, excluded: set[tuple[str, int, int]]) -> bool:
+    """Parameters and their views: memory that exists whether or not anything is saved."""
+    return (tensor.is_leaf and tensor.requires_grad) or storage_key(tensor) in excluded
+
+
+class SavedTensorMeter:
+    """Counts saved-for-backward bytes while active; ``peak_bytes`` is the highest count."""
+
+    def __init__(self, *exclude: Any) -> None:
+        self._excluded = excluded_storages(
+            item for obj in exclude for item in (obj if isinstance(obj, (list, tuple)) else [obj])
+        )
+        self._counts: dict[tuple[str, int, int], int] = {}
+        self.current_bytes = 0
+        self.peak_bytes = 0
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+    def __enter__(self) -> "SavedTensorMeter":
+        with _patch_lock:
+            if not _active_meters:
+                torch_checkpoint._CheckpointFrame.__init__ = _metered_frame_init
+            _active_meters.append(self)
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._hooks.__exit__(*exc)
+        with _patch_lock:
+            _active_meters.remove(self)
+            if not _active_meters:
+                torch_checkpoint._CheckpointFrame.__init__ = _original_frame_init
+
+    def _pack(self, tensor: torch.Tensor) -> Any:
+        if is_persistent(tensor, self._excluded):
+            return tensor
+        saved = _Saved(tensor.detach())
+        self._hold(saved, tensor)
+        return saved
+
+    @staticmethod
+    def _unpack(saved: Any) -> torch.Tensor:
+        return saved.tensor if isinstance(saved, _Saved) else saved
+
+    def _hold(self, owner: Any, tensor: torch.Tensor) -> None:
+        """Counts `tensor`'s storage until `owner` is garbage."""
+        if is_persistent(tensor, self._excluded):
+            return
+        key = storage_key(tensor)
+        count = self._counts.get(key, 0)
+        self._counts[key] = count + 1
+        if count == 0:
+            self.current_bytes += key[2]
+            self.peak_bytes = max(self.peak_bytes, self.current_bytes)
+        weakref.finalize(owner, self._release, key)
+
+    def _release(self, key: tuple[str, int, int]) -> None:
+        count = self._counts[key] - 1
+        if count:
+            self._counts[key] = count
+        else:
+            del self._counts[key]
+            self.current_bytes -= key[2]

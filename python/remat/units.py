@@ -1,0 +1,55 @@
+"""Byte budgets as users write them: 2147483648, "2GiB", "1.5 GB", "512MiB"."""
+
+from __future__ import annotations
+
+import math
+import re
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+_PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_bytes(value: int | float | str, field: str = "memory_budget") -> int:
+    """Bytes from an int, a float or a string with a unit (KB/MB/GB/TB are powers of 1000,
+    KiB/MiB/GiB/TiB powers of 1024). Rounds down to whole bytes; raises ValueError naming
+    `field` for anything else."""
+    if isinstance(value, bool):
+        raise ValueError(f"{field}: expected bytes, got a bool")
+    if isinstance(value, (int, float)):
+        number, scale = float(value), 1
+    elif isinstance(value, str):
+        match = _PATTERN.match(value)
+        unit = match.group(2).lower() if match else None
+        if match is None or unit not in _UNITS:
+            raise ValueError(
+                f"{field}: cannot read {value!r} as bytes (write e.g. 2147483648, '2GiB', "
+                "'1.5GB', '512MiB')"
+            )
+        number, scale = float(match.group(1)), _UNITS[unit]
+    else:
+        raise ValueError(f"{field}: expected bytes as an int or a string, got {type(value).__name__}")
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"{field}: {value!r} is not a finite number of bytes >= 0")
+    total = number * scale
+    if total >= 2**62:
+        raise ValueError(f"{field}: {value!r} is too large")
+    return int(total)
+
+
+def format_bytes(count: float) -> str:
+    """1536 -> '1.50 KiB': binary units, three significant digits."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(count) >= size:
+            return f"{count / size:.3g} {unit}"
+    return f"{int(count)} B"
