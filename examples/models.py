@@ -5,7 +5,9 @@
   blocks in an nn.ModuleList applied in a loop);
 - ``resnet``: a ResNet-style CNN (BatchNorm, stride-2 stages, so activations shrink as it goes).
 
-Each ``make_*`` returns (model, blocks, example input): ``blocks`` is the chain to checkpoint.
+Each ``make_*`` returns (model, blocks, example input): ``blocks`` is the chain to checkpoint;
+``model(x) == model.epilogue(blocks(model.prologue(x)))``. ``loss`` is a training loss for any
+of them.
 """
 
 from __future__ import annotations
@@ -27,11 +29,26 @@ class MLPBlock(nn.Module):
         return x + self.dropout(self.down(F.gelu(self.up(self.norm(x)))))
 
 
+class MLP(nn.Module):
+    def __init__(self, depth: int, width: int, dropout: float) -> None:
+        super().__init__()
+        self.blocks = nn.Sequential(
+            *[MLPBlock(width, width * (8 if i % 3 == 0 else 2), dropout) for i in range(depth)]
+        )
+
+    def prologue(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def epilogue(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.epilogue(self.blocks(self.prologue(x)))
+
+
 def make_mlp(depth: int = 12, width: int = 256, batch: int = 256, dropout: float = 0.0):
-    blocks = nn.Sequential(
-        *[MLPBlock(width, width * (8 if i % 3 == 0 else 2), dropout) for i in range(depth)]
-    )
-    return blocks, blocks, torch.randn(batch, width)
+    model = MLP(depth, width, dropout)
+    return model, model.blocks, torch.randn(batch, width)
 
 
 class CausalSelfAttention(nn.Module):
@@ -73,6 +90,12 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(DecoderBlock(width, heads, dropout) for _ in range(depth))
         self.ln = nn.LayerNorm(width)
         self.head = nn.Linear(width, vocab, bias=False)
+
+    def prologue(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.embed(tokens)
+
+    def epilogue(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.ln(x))
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.embed(tokens)
@@ -117,9 +140,14 @@ class ResNet(nn.Module):
         self.body = nn.Sequential(*blocks)
         self.fc = nn.Linear(inputs, classes)
 
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        x = self.body(self.stem(images))
+    def prologue(self, images: torch.Tensor) -> torch.Tensor:
+        return self.stem(images)
+
+    def epilogue(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(x.mean(dim=(2, 3)))
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.epilogue(self.body(self.prologue(images)))
 
 
 def make_resnet(per_stage: int = 3, batch: int = 16, size: int = 32):
@@ -128,3 +156,11 @@ def make_resnet(per_stage: int = 3, batch: int = 16, size: int = 32):
 
 
 MODELS = {"mlp": make_mlp, "gpt": make_gpt, "resnet": make_resnet}
+
+
+def loss(output: torch.Tensor) -> torch.Tensor:
+    """A training loss: cross-entropy against fixed targets for logits, else the mean square."""
+    if output.dim() == 3:  # GPT logits (batch, seq, vocab)
+        targets = torch.arange(output.shape[0] * output.shape[1]) % output.shape[2]
+        return F.cross_entropy(output.flatten(0, 1), targets)
+    return output.float().pow(2).mean()

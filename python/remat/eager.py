@@ -100,6 +100,13 @@ def _synchronize(value: Any) -> None:
             return
 
 
+def _restore(buffers: Sequence[torch.Tensor], saved: Sequence[torch.Tensor]) -> None:
+    # Through .data: the graph may hold these buffers (batch_norm saves its running statistics,
+    # though its training backward never reads them), and a version bump would fail backward.
+    for buffer, value in zip(buffers, saved):
+        buffer.data.copy_(value)
+
+
 class _PreservedState:
     """Profiling runs layers several times: it must not advance the RNG (dropout) or move
     BatchNorm's running statistics, or training would differ from a run without remat."""
@@ -114,12 +121,19 @@ class _PreservedState:
         self._cuda_rng = [torch.cuda.get_rng_state(d) for d in self._cuda]
 
     def __exit__(self, *exc: Any) -> None:
-        with torch.no_grad():
-            for buffer, saved in zip(self._buffers, self._saved_buffers):
-                buffer.copy_(saved)
+        _restore(self._buffers, self._saved_buffers)
         torch.random.set_rng_state(self._rng)
         for device, state in zip(self._cuda, self._cuda_rng):
             torch.cuda.set_rng_state(state, device)
+
+
+def _modules_of(function: Any) -> list[nn.Module]:
+    if isinstance(function, nn.Module):
+        return [function]
+    if isinstance(function, functools.partial):
+        return [m for part in (function.func, *function.args) for m in _modules_of(part)]
+    owner = getattr(function, "__self__", None)
+    return [owner] if isinstance(owner, nn.Module) else []
 
 
 def _name(function: Callable[..., Any]) -> str:
@@ -146,12 +160,11 @@ def profile_layers(
     functions = list(functions)
     if repeats < 1:
         raise ValueError(f"repeats: must be >= 1, got {repeats}")
-    modules = [f for f in functions if isinstance(f, nn.Module)]
-    exclude = list(exclude)
-    excluded = excluded_storages(modules + exclude)
+    modules = [m for f in functions for m in _modules_of(f)]
+    excluded = excluded_storages(modules + list(exclude))
     devices = {t.device for t in _tensors(input)}
     layers = []
-    with _PreservedState(modules + [m for m in exclude if isinstance(m, nn.Module)], devices):
+    with _PreservedState(modules, devices):
         _, input_bytes = _storage_bytes(input)
         h = input
         for index, function in enumerate(functions):
@@ -307,6 +320,27 @@ def plan(
 # --- execution ----------------------------------------------------------------------------------
 
 
+class _RunningStatsKept:
+    """A re-run is not a new batch: BatchNorm's running statistics are put back after it
+    (torch.utils.checkpoint alone would update them once more per re-run)."""
+
+    def __init__(self, functions: Sequence[Any]) -> None:
+        self._buffers = [
+            b
+            for f in functions
+            for top in _modules_of(f)
+            for m in top.modules()
+            if isinstance(m, nn.modules.batchnorm._BatchNorm)
+            for b in m.buffers()
+        ]
+
+    def __enter__(self) -> None:
+        self._saved = [b.detach().clone() for b in self._buffers]
+
+    def __exit__(self, *exc: Any) -> None:
+        _restore(self._buffers, self._saved)
+
+
 class _Execution:
     """Runs a chain through a plan's regions; times the re-runs that happen in backward."""
 
@@ -344,21 +378,22 @@ class _Execution:
 
     def _region(self, region: int, h: Any) -> Any:
         first, last = self.regions[region]
-        rerun = torch._C._current_graph_task_id() != -1
-        outermost = rerun and not getattr(self._timing, "active", False)
-        if not outermost:
+        if torch._C._current_graph_task_id() == -1:  # the first forward pass
             return self._segment(first, last, region, h)
         # A re-run in backward. It may stop early (torch raises out of it once every saved
-        # tensor is back), so the clock stops in `finally`.
+        # tensor is back), so the clock stops and the statistics come back in `finally`.
+        outermost = not getattr(self._timing, "active", False)
         self._timing.active = True
         start = time.perf_counter()
         try:
-            out = self._segment(first, last, region, h)
+            with _RunningStatsKept(self.functions[first : last + 1]):
+                out = self._segment(first, last, region, h)
             _synchronize(out)
             return out
         finally:
-            self.recompute_seconds += time.perf_counter() - start
-            self._timing.active = False
+            if outermost:
+                self.recompute_seconds += time.perf_counter() - start
+                self._timing.active = False
 
 
 def run_plan(functions: Sequence[Callable[[Any], Any]], plan: Plan, input: Any) -> Any:
@@ -460,12 +495,14 @@ def checkpoint_sequential(
 def _find_blocks(model: nn.Module) -> nn.Module:
     if isinstance(model, (nn.Sequential, nn.ModuleList)):
         return model
-    lists = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) >= 2]
+    lists = [
+        m for m in model.modules() if isinstance(m, (nn.Sequential, nn.ModuleList)) and len(m) >= 2
+    ]
     if not lists:
         raise ValueError(
             "model: found no nn.Sequential or nn.ModuleList of blocks to checkpoint; pass blocks="
         )
-    return max(lists, key=len)
+    return max(lists, key=len)  # the first of the longest, in module order
 
 
 class AutoCheckpoint:

@@ -1,0 +1,271 @@
+"""Eager checkpointing to a memory budget on real torch models (CPU): gradients equal those
+without checkpointing, measured saved bytes stay within the prediction and the budget, plans
+are cached and re-made on a new shape, and errors say what to do."""
+
+from __future__ import annotations
+
+import copy
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "examples"))
+import models  # noqa: E402
+
+import remat  # noqa: E402
+import remat.torch as rt  # noqa: E402
+from remat import eager  # noqa: E402
+from remat.units import format_bytes, parse_bytes  # noqa: E402
+
+MODELS = {
+    "mlp": lambda: models.make_mlp(depth=8, width=64, batch=32),
+    "gpt": lambda: models.make_gpt(depth=4, width=64, heads=4, seq=32, batch=4, dropout=0.1),
+    "resnet": lambda: models.make_resnet(per_stage=2, batch=4, size=16),
+}
+
+
+def build(name: str, seed: int = 0):
+    torch.manual_seed(seed)
+    return MODELS[name]()
+
+
+def grads(model: nn.Module) -> list[torch.Tensor]:
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def reference_step(model: nn.Module, x: torch.Tensor, seed: int = 1) -> list[torch.Tensor]:
+    torch.manual_seed(seed)
+    models.loss(model(x)).backward()
+    return grads(model)
+
+
+def chain_budgets(model, blocks, x) -> tuple[eager.Profile, int, int]:
+    h = copy.deepcopy(model).prologue(x).detach()  # a copy: the stem's BatchNorm stays as it was
+    profile = rt.profile_layers(list(blocks), h, exclude=[model])
+    p = eager.plan_profile(profile, 2**60)
+    return profile, p.minimum_budget_bytes, p.no_checkpoint_bytes
+
+
+# --- budgets -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (1024, 1024),
+        ("2GiB", 2 * 2**30),
+        ("1.5 GB", 1_500_000_000),
+        ("512MiB", 512 * 2**20),
+        ("10kb", 10_000),
+        ("7", 7),
+        (3.9, 3),
+        ("1e3 B", 1000),
+    ],
+)
+def test_budgets_read_with_units(text, expected):
+    assert parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["", "two GB", "5 XB", "-1GB", "nan", -5, True, None, float("inf")])
+def test_unreadable_budgets_name_the_field(bad):
+    with pytest.raises(ValueError, match="memory_budget"):
+        parse_bytes(bad)
+
+
+def test_format_bytes():
+    assert format_bytes(512) == "512 B"
+    assert format_bytes(1536) == "1.5 KiB"
+    assert format_bytes(3 * 2**30) == "3 GiB"
+
+
+# --- the meter -----------------------------------------------------------------------------------
+
+
+def test_meter_counts_plain_and_checkpointed_saves_exactly():
+    # 8 x (Linear + ReLU) on 64 x 256 floats: one tensor is 64 KiB. Without checkpointing the
+    # input and 8 ReLU outputs are saved (the weights are excluded).
+    torch.manual_seed(0)
+    chain = nn.Sequential(*[nn.Sequential(nn.Linear(256, 256), nn.ReLU()) for _ in range(8)])
+    x = torch.randn(64, 256)
+    tensor = 64 * 256 * 4
+    with rt.SavedTensorMeter(chain) as meter:
+        chain(x).sum().backward()
+    assert meter.peak_bytes == 9 * tensor
+    assert meter.current_bytes == 0
+    # torch's own checkpoint_sequential with 2 segments: the first half re-runs.
+    with rt.SavedTensorMeter(chain) as meter:
+        out = torch.utils.checkpoint.checkpoint_sequential(chain, 2, x, use_reentrant=False)
+        out.sum().backward()
+    assert meter.peak_bytes == 6 * tensor
+    assert meter.current_bytes == 0
+
+
+# --- plans on real models ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_gradients_equal_and_measured_peak_within_budget(name):
+    model, blocks, x = build(name)
+    expected = reference_step(copy.deepcopy(model), x)
+    profile, least, everything = chain_budgets(model, blocks, x)
+    assert least < everything
+    seen_regions = set()
+    for fraction in (1.0, 0.6, 0.3, 0.0):
+        budget = least + int(fraction * (everything - least))
+        plan = rt.plan(list(blocks), None, memory_budget=budget, profile=profile)
+        assert plan.predicted_peak_bytes <= budget
+        seen_regions.add(plan.regions)
+        model.zero_grad()
+        torch.manual_seed(1)
+        h = model.prologue(x)
+        chain_input = h.detach().requires_grad_()
+        # Only the chain is metered; the epilogue's saves go to a hook that counts nothing.
+        with rt.SavedTensorMeter(model) as meter:
+            out = eager.run_plan(list(blocks), plan, chain_input)
+            with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+                loss = models.loss(model.epilogue(out))
+            loss.backward()
+        if h.requires_grad:
+            h.backward(chain_input.grad)
+        assert meter.peak_bytes <= plan.predicted_peak_bytes <= budget, (fraction, plan)
+        assert meter.peak_bytes >= 0.8 * plan.predicted_peak_bytes  # the model is not loose
+        for got, want in zip(grads(model), expected):
+            assert torch.equal(got, want), f"{name} at {fraction}: gradients differ"
+    assert len(seen_regions) >= 3, "the budgets should give different plans"
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_auto_checkpoint_follows_the_plan_and_matches_plain_training(name):
+    model, blocks, x = build(name)
+    plain = copy.deepcopy(model)
+    _, least, everything = chain_budgets(model, blocks, x)
+    handle = rt.auto_checkpoint(model, memory_budget=least + (everything - least) // 4)
+    assert handle.blocks == list(blocks)
+    keys = list(model.state_dict())
+    for step in range(2):  # the second step reuses the plan
+        expected = reference_step(plain, x, seed=step)
+        got = reference_step(model, x, seed=step)
+        for a, b in zip(got, expected):
+            assert torch.equal(a, b)
+        plain.zero_grad()
+        model.zero_grad()
+    assert len(handle.plans) == 1
+    assert handle.last_plan.regions, "a quarter of the way down needs checkpoints"
+    assert handle.last_execution.recompute_seconds > 0
+    # BatchNorm running statistics: re-runs do not count as batches.
+    for a, b in zip(model.buffers(), plain.buffers()):
+        assert torch.equal(a, b)
+    assert list(model.state_dict()) == keys
+    handle.remove()
+    assert all("forward" not in b.__dict__ for b in blocks)
+
+
+def test_auto_checkpoint_replans_on_a_new_shape_and_skips_without_grad():
+    model, blocks, x = build("gpt")
+    _, least, everything = chain_budgets(model, blocks, x)
+    handle = rt.auto_checkpoint(model, memory_budget=(least + everything) // 2)
+    models.loss(model(x)).backward()
+    models.loss(model(x[:, :16])).backward()
+    models.loss(model(x)).backward()
+    assert len(handle.plans) == 2
+    with torch.no_grad():
+        before = len(handle.plans)
+        model(x[:, :8])
+    assert len(handle.plans) == before
+
+
+def test_auto_checkpoint_rejects_blocks_called_out_of_order():
+    model, blocks, x = build("gpt")
+    rt.auto_checkpoint(model, memory_budget="1GiB")
+    h = model.prologue(x)
+    blocks[0](h)
+    with pytest.raises(RuntimeError, match="out of order"):
+        blocks[2](h)
+
+
+def test_auto_checkpoint_finds_blocks():
+    model, blocks, _ = build("resnet")
+    assert rt.auto_checkpoint(model, memory_budget="1GiB").blocks == list(blocks)
+    with pytest.raises(ValueError, match="blocks="):
+        rt.auto_checkpoint(nn.Linear(3, 3), memory_budget="1GiB")
+
+
+def test_budget_below_the_minimum_states_it():
+    model, blocks, x = build("mlp")
+    _, least, _ = chain_budgets(model, blocks, x)
+    with pytest.raises(remat.InputError, match=f"least peak any plan reaches, {least} bytes"):
+        rt.checkpoint_sequential(blocks, x, memory_budget=least - 1)
+    with pytest.raises(ValueError, match="memory_budget"):
+        rt.checkpoint_sequential(blocks, x, memory_budget="lots")
+
+
+def test_checkpoint_sequential_profiles_once_per_shape():
+    calls = []
+
+    class Counted(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(32, 32)
+
+        def forward(self, x):
+            calls.append(x.shape)
+            return torch.tanh(self.linear(x))
+
+    torch.manual_seed(0)
+    chain = [Counted() for _ in range(6)]
+    x = torch.randn(16, 32)
+    first = rt.plan(chain, x, memory_budget=2**40)
+    budget = first.minimum_budget_bytes
+    calls.clear()
+    rt.checkpoint_sequential(chain, x, memory_budget=budget).sum().backward()
+    profiled = len(calls)
+    calls.clear()
+    rt.checkpoint_sequential(chain, x, memory_budget=budget).sum().backward()
+    again = len(calls)
+    assert again < profiled  # no profiling the second time
+    plan = rt.plan(chain, x, memory_budget=budget)
+    assert again == sum(plan.runs())  # each layer runs as often as the plan says
+    calls.clear()
+    rt.checkpoint_sequential(chain, x[:8], memory_budget=budget * 4).sum().backward()
+    assert len(calls) > sum(plan.runs())  # a new shape is profiled
+
+
+def test_checkpoint_sequential_without_grad_just_runs():
+    torch.manual_seed(0)
+    chain = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        assert torch.equal(rt.checkpoint_sequential(chain, x, memory_budget=1), chain(x))
+
+
+def test_profile_leaves_rng_and_batchnorm_statistics_alone():
+    model, blocks, x = build("resnet")
+    h = model.prologue(x).detach()
+    buffers = [b.clone() for b in model.buffers()]
+    torch.manual_seed(3)
+    state = torch.random.get_rng_state()
+    rt.profile_layers(list(blocks), h, exclude=[model])
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert all(torch.equal(a, b) for a, b in zip(model.buffers(), buffers))
+
+
+def test_plan_table_is_readable():
+    model, blocks, x = build("mlp")
+    _, least, everything = chain_budgets(model, blocks, x)
+    plan = rt.plan(list(blocks), x, memory_budget=(least + everything) // 2)
+    text = str(plan)
+    assert "predicted peak saved" in text and "least possible" in text
+    assert len([line for line in text.splitlines() if "MLPBlock" in line]) == len(blocks)
+    assert plan.kept() == [r == 1 for r in plan.runs()]
+    assert any(r > 1 for r in plan.runs()) and any(r == 1 for r in plan.runs())
+
+
+def test_profile_must_match_the_functions():
+    model, blocks, x = build("mlp")
+    profile = rt.profile_layers(list(blocks)[:3], x)
+    with pytest.raises(ValueError, match="profile: has 3 layers"):
+        rt.plan(list(blocks), x, memory_budget="1GiB", profile=profile)
