@@ -26,6 +26,10 @@ struct Layer {
 struct Profile {
   std::int64_t input_bytes = 0;  // the chain's input, counted as held for the whole step
   std::vector<Layer> layers;
+  // Fixed time a region costs besides re-running its layers (torch saves and restores RNG
+  // state, builds a frame, runs hooks); it makes the planner prefer fewer, longer regions
+  // when layers are cheap.
+  double region_overhead = 0;
 };
 
 // A checkpoint region: layers first..last (0-based, inclusive) at a nesting depth (0: outermost).
@@ -38,7 +42,8 @@ struct Region {
 
 struct Evaluation {
   std::int64_t peak_bytes = 0;  // peak saved-for-backward bytes over forward and backward
-  double recompute_time = 0;    // forward time spent again in backward, nested re-runs included
+  double recompute_time = 0;    // forward time spent again in backward, nested re-runs included,
+                                // plus region_overhead per region
 };
 
 struct Plan {

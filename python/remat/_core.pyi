@@ -47,13 +47,17 @@ def optimal_chain_recompute(layers: int, memory: int) -> int | None: ...
 def eager_plan(
     input_bytes: int,
     layers: list[tuple[int, int, bool, float]],
+    region_overhead: float,
     budget: int,
     slots: int,
     max_planner_bytes: int,
 ) -> dict[str, Any]: ...
-def eager_minimum(input_bytes: int, layers: list[tuple[int, int, bool, float]]) -> dict[str, Any]: ...
+def eager_minimum(
+    input_bytes: int, layers: list[tuple[int, int, bool, float]], region_overhead: float
+) -> dict[str, Any]: ...
 def eager_evaluate(
     input_bytes: int,
     layers: list[tuple[int, int, bool, float]],
+    region_overhead: float,
     regions: list[tuple[int, int, int]],
 ) -> tuple[int, float]: ...

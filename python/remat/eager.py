@@ -15,7 +15,9 @@ identically.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 import statistics
 import threading
 import time
@@ -42,6 +44,9 @@ __all__ = [
     "checkpoint_sequential",
     "plan",
     "profile_layers",
+    "run_plan",
+    "tune_plan",
+    "uniform_regions",
 ]
 
 # --- profile ----------------------------------------------------------------------------------
@@ -60,6 +65,7 @@ class LayerProfile:
 class Profile:
     input_bytes: int
     layers: tuple[LayerProfile, ...]
+    region_overhead_seconds: float = 0.0  # what one checkpoint region costs besides its re-run
 
     def core_layers(self) -> list[tuple[int, int, bool, float]]:
         return [(l.saved_bytes, l.output_bytes, l.saves_output, l.forward_seconds) for l in self.layers]
@@ -67,6 +73,41 @@ class Profile:
     @property
     def forward_seconds(self) -> float:
         return sum(l.forward_seconds for l in self.layers)
+
+    def to_json(self) -> str:
+        """The profile as `remat eager PROFILE.json` reads it (times in seconds)."""
+        return json.dumps(
+            {
+                "input_bytes": self.input_bytes,
+                "region_overhead": self.region_overhead_seconds,
+                "layers": [
+                    {
+                        "name": l.name,
+                        "saved_bytes": l.saved_bytes,
+                        "output_bytes": l.output_bytes,
+                        "saves_output": l.saves_output,
+                        "forward_time": l.forward_seconds,
+                    }
+                    for l in self.layers
+                ],
+            },
+            indent=1,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> "Profile":
+        data = json.loads(text)
+        layers = tuple(
+            LayerProfile(
+                name=str(l.get("name", f"layer{i}")),
+                saved_bytes=int(l["saved_bytes"]),
+                output_bytes=int(l["output_bytes"]),
+                saves_output=bool(l.get("saves_output", False)),
+                forward_seconds=float(l["forward_time"]),
+            )
+            for i, l in enumerate(data["layers"])
+        )
+        return cls(int(data["input_bytes"]), layers, float(data.get("region_overhead", 0.0)))
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:
@@ -206,7 +247,32 @@ def profile_layers(
                     f"functions[{index}]: returned {type(h).__name__}; every layer must return "
                     "a tensor (or a tuple of tensors) for the next one"
                 )
-    return Profile(input_bytes=input_bytes, layers=tuple(layers))
+    return Profile(input_bytes, tuple(layers), _region_overhead(input, repeats))
+
+
+def _region_overhead(input: Any, repeats: int) -> float:
+    """Seconds one checkpoint region adds to a step besides re-running its layers: a region
+    around a single cheap op, forward and backward, against the op alone."""
+    device = next(iter(_tensors(input))).device if _tensors(input) else torch.device("cpu")
+    x = torch.ones(8, device=device, requires_grad=True)
+
+    def op(t: torch.Tensor) -> torch.Tensor:
+        return t * 2.0
+
+    def step(wrapped: bool) -> float:
+        _synchronize(x)
+        start = time.perf_counter()
+        y = checkpoint(op, x, use_reentrant=False, preserve_rng_state=True) if wrapped else op(x)
+        y.sum().backward()
+        _synchronize(x)
+        return time.perf_counter() - start
+
+    rng = torch.random.get_rng_state()
+    for wrapped in (False, True):
+        step(wrapped)  # warm-up
+    samples = [step(True) - step(False) for _ in range(max(5, 3 * repeats))]
+    torch.random.set_rng_state(rng)
+    return max(0.0, statistics.median(samples))
 
 
 # --- plan ---------------------------------------------------------------------------------------
@@ -223,6 +289,10 @@ class Plan:
     minimum_budget_bytes: int  # the least peak any plan reaches
     no_checkpoint_bytes: int  # the peak with no checkpoint at all
     profile: Profile = field(repr=False)
+    # When tuned: each candidate that fits, with its measured chain forward + backward seconds;
+    # `choice` names the one these regions come from.
+    timings: tuple[tuple[str, float], ...] = ()
+    choice: str = "planner"
 
     def runs(self) -> list[int]:
         """How many times each layer's forward runs in a step (1: its activations are kept)."""
@@ -247,8 +317,14 @@ class Plan:
             f"{format_bytes(self.no_checkpoint_bytes)}, least possible "
             f"{format_bytes(self.minimum_budget_bytes)})",
             f"  predicted recompute {self.predicted_recompute_seconds * 1e3:.3g} ms = "
-            f"{share:.0%} of the forward pass ({forward * 1e3:.3g} ms)",
+            f"{share:.0%} of the forward pass ({forward * 1e3:.3g} ms), with "
+            f"{p.region_overhead_seconds * 1e6:.0f} us per region",
             f"  {len(self.regions)} checkpoint regions; runs = forward evaluations per step",
+        ]
+        if self.timings:
+            measured = ", ".join(f"{label} {t * 1e3:.3g} ms" for label, t in self.timings)
+            lines.append(f"  tuned: chose {self.choice} by measured forward + backward ({measured})")
+        lines += [
             "",
             f"  {'layer':>5}  {'name':<18} {'saved':>10} {'output':>10} {'forward':>10}  runs  regions",
         ]
@@ -280,10 +356,11 @@ def plan_profile(profile: Profile, memory_budget: int | float | str, *, slots: i
     layers = profile.core_layers()
     if not layers:
         raise ValueError("functions: the chain has no layers")
+    overhead = profile.region_overhead_seconds
     result = _core.eager_plan(
-        profile.input_bytes, layers, budget, slots or _default_slots(len(layers)), 0
+        profile.input_bytes, layers, overhead, budget, slots or _default_slots(len(layers)), 0
     )
-    no_checkpoint, _ = _core.eager_evaluate(profile.input_bytes, layers, [])
+    no_checkpoint, _ = _core.eager_evaluate(profile.input_bytes, layers, overhead, [])
     return Plan(
         regions=tuple(tuple(r) for r in result["regions"]),
         memory_budget=budget,
@@ -302,19 +379,96 @@ def plan(
     memory_budget: int | float | str,
     profile: Profile | None = None,
     slots: int | None = None,
+    tune: bool = True,
+    exclude: Iterable[Any] = (),
 ) -> Plan:
     """The plan :func:`checkpoint_sequential` would run, without running it.
+
+    With `tune` (and an input), the planner's plan and every torch-style uniform segmentation
+    whose predicted peak fits are each timed on the real chain (forward + backward, gradients
+    returned rather than accumulated, RNG and BatchNorm statistics restored) and the fastest
+    is kept: the planner's time model is forward time, which the hardware does not always
+    honour (on CPU a re-run just before its backward finds its activations in cache).
 
     Raises ``remat.InputError`` (a ValueError) stating the least feasible budget when
     `memory_budget` is below it."""
     functions = list(functions)
     if profile is None:
-        profile = profile_layers(functions, input)
+        profile = profile_layers(functions, input, exclude=exclude)
     elif len(profile.layers) != len(functions):
         raise ValueError(
             f"profile: has {len(profile.layers)} layers, functions has {len(functions)}"
         )
-    return plan_profile(profile, memory_budget, slots=slots)
+    found = plan_profile(profile, memory_budget, slots=slots)
+    if tune and input is not None and _tensors(input):
+        found = tune_plan(functions, input, found)
+    return found
+
+
+def uniform_regions(layers: int, segments: int) -> list[tuple[int, int, int]]:
+    """The regions of torch.utils.checkpoint.checkpoint_sequential(functions, segments, ...):
+    segments of layers // segments layers, all but the last checkpointed."""
+    size = layers // segments
+    return [(first, first + size - 1, 0) for first in range(0, size * (segments - 1), size)]
+
+
+def tune_plan(
+    functions: Sequence[Callable[[Any], Any]], input: Any, planned: Plan, repeats: int = 3
+) -> Plan:
+    """The fastest, measured on the chain, of the planner's plan and the uniform segmentations
+    whose predicted peak fits the budget."""
+    p = planned.profile
+    layers, overhead = p.core_layers(), p.region_overhead_seconds
+    candidates = {"planner": list(planned.regions)}
+    for segments in range(2, len(layers) + 1):
+        regions = uniform_regions(len(layers), segments)
+        peak, _ = _core.eager_evaluate(p.input_bytes, layers, overhead, regions)
+        if peak <= planned.memory_budget and regions not in candidates.values():
+            candidates[f"{segments} segments"] = regions
+    if len(candidates) == 1:
+        return planned
+    modules = [m for f in functions for m in _modules_of(f)]
+    parameters = [t for m in modules for t in m.parameters() if t.requires_grad]
+    devices = {t.device for t in _tensors(input)}
+    timings: dict[str, list[float]] = {label: [] for label in candidates}
+    with _PreservedState(modules, devices):
+        for repeat in range(repeats + 1):
+            for label, regions in candidates.items():
+                seconds = _time_step(functions, regions, input, parameters)
+                if repeat:  # the first round warms up
+                    timings[label].append(seconds)
+    median = {label: statistics.median(t) for label, t in timings.items()}
+    choice = min(median, key=median.__getitem__)
+    peak, recompute = _core.eager_evaluate(p.input_bytes, layers, overhead, candidates[choice])
+    return dataclasses.replace(
+        planned,
+        regions=tuple(tuple(r) for r in candidates[choice]),
+        predicted_peak_bytes=peak,
+        predicted_recompute_seconds=recompute,
+        timings=tuple(median.items()),
+        choice=choice,
+    )
+
+
+def _time_step(
+    functions: Sequence[Callable[[Any], Any]],
+    regions: Sequence[tuple[int, int, int]],
+    input: Any,
+    parameters: list[torch.Tensor],
+) -> float:
+    x = _detached(input)
+    inputs = parameters + [t for t in _tensors(x) if t.requires_grad]
+    _synchronize(x)
+    start = time.perf_counter()
+    with torch.enable_grad():
+        outputs = [t for t in _tensors(_Execution(functions, regions)(x)) if t.requires_grad]
+        if outputs and inputs:
+            # Returned, not accumulated: the caller's .grad fields stay as they are.
+            torch.autograd.grad(
+                outputs, inputs, [torch.ones_like(t) for t in outputs], allow_unused=True
+            )
+    _synchronize(x)
+    return time.perf_counter() - start
 
 
 # --- execution ----------------------------------------------------------------------------------
@@ -467,6 +621,7 @@ def checkpoint_sequential(
     memory_budget: int | float | str,
     profile: Profile | None = None,
     slots: int | None = None,
+    tune: bool = True,
 ) -> Any:
     """torch.utils.checkpoint.checkpoint_sequential with a memory budget instead of a segment
     count: the least-recompute nested checkpoint plan whose saved-for-backward bytes fit.
@@ -481,10 +636,10 @@ def checkpoint_sequential(
             input = function(input)
         return input
     budget = parse_bytes(memory_budget)
-    key = (tuple(id(f) for f in functions), _signature(input), budget, slots, id(profile))
+    key = (tuple(id(f) for f in functions), _signature(input), budget, slots, id(profile), tune)
     found = _plans.get(key, functions)
     if found is None:
-        found = plan(functions, input, memory_budget=budget, profile=profile, slots=slots)
+        found = plan(functions, input, memory_budget=budget, profile=profile, slots=slots, tune=tune)
         _plans.put(key, functions, found)
     return run_plan(functions, found, input)
 
@@ -512,13 +667,16 @@ class AutoCheckpoint:
     blocks 1..n-1 that follow (the model's own loop) pass that output through. The blocks must
     be applied in order, each to the previous one's output, with the same extra arguments."""
 
-    def __init__(self, model: nn.Module, blocks: nn.Module, memory_budget: int, slots: int | None) -> None:
+    def __init__(
+        self, model: nn.Module, blocks: nn.Module, memory_budget: int, slots: int | None, tune: bool
+    ) -> None:
         self.model = model
         self.blocks = list(blocks)
         if len(self.blocks) < 1:
             raise ValueError("blocks: empty")
         self.memory_budget = memory_budget
         self.slots = slots
+        self.tune = tune
         self.plans: dict[Any, Plan] = {}
         self.last_plan: Plan | None = None
         self.last_execution: _Execution | None = None
@@ -573,16 +731,12 @@ class AutoCheckpoint:
         key = (_signature(x), _signature(extra), _signature(kwargs), self.model.training)
         found = self.plans.get(key)
         if found is None:
-            names = [type(b).__name__ for b in self.blocks]
             profile = profile_layers(functions, x, exclude=[self.model])
-            profile = Profile(
-                profile.input_bytes,
-                tuple(
-                    LayerProfile(n, l.saved_bytes, l.output_bytes, l.saves_output, l.forward_seconds)
-                    for n, l in zip(names, profile.layers)
-                ),
-            )
+            named = (dataclasses.replace(l, name=type(b).__name__) for l, b in zip(profile.layers, self.blocks))
+            profile = dataclasses.replace(profile, layers=tuple(named))
             found = plan_profile(profile, self.memory_budget, slots=self.slots)
+            if self.tune:
+                found = tune_plan(functions, x, found)
             self.plans[key] = found
         self.last_plan = found
         self.last_execution = _Execution(functions, found.regions)
@@ -598,13 +752,15 @@ def auto_checkpoint(
     memory_budget: int | float | str,
     blocks: nn.Module | Sequence[nn.Module] | None = None,
     slots: int | None = None,
+    tune: bool = True,
 ) -> AutoCheckpoint:
     """Makes every training step of `model` follow a checkpoint plan for `memory_budget`.
 
     `blocks` defaults to the model itself when it is an nn.Sequential, else its longest
     nn.ModuleList (transformer blocks, ResNet stages). The blocks' forward methods are replaced
     on the instances (parameters, state_dict and hooks are untouched); a new input shape is
-    measured and planned on first sight. ``remove()`` on the returned handle undoes it."""
+    measured and planned (and tuned, see :func:`plan`) on first sight. ``remove()`` on the
+    returned handle undoes it."""
     budget = parse_bytes(memory_budget)
     chosen = _find_blocks(model) if blocks is None else blocks
-    return AutoCheckpoint(model, chosen, budget, slots)
+    return AutoCheckpoint(model, chosen, budget, slots, tune)

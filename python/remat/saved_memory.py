@@ -13,7 +13,7 @@ that each frame's re-computed tensors are counted from the moment they are store
 backward releases them).
 
 Bytes are counted per storage, once however many tensors view it; storages of the excluded
-modules' parameters and buffers (and of any leaf tensor that requires grad) are not counted.
+modules' parameters and buffers (and of any nn.Parameter) are not counted.
 Saved bytes only grow when something is saved, so the peak is taken at those moments exactly.
 """
 
@@ -78,7 +78,7 @@ def excluded_storages(objects: Iterable[Any]) -> set[tuple[str, int, int]]:
 
 def is_persistent(tensor: torch.Tensor, excluded: set[tuple[str, int, int]]) -> bool:
     """Parameters and their views: memory that exists whether or not anything is saved."""
-    return (tensor.is_leaf and tensor.requires_grad) or storage_key(tensor) in excluded
+    return isinstance(tensor, torch.nn.Parameter) or storage_key(tensor) in excluded
 
 
 class SavedTensorMeter:

@@ -16,6 +16,8 @@
 // of the costs, so minimum_memory_plan is the O(n^3) program on peaks alone:
 //   M(s, t) = min( p(s) + M(s+1, t), min_{d<t} max(M(s, d), a_d + M(d+1, t)) ).
 //
+// A region's cost T(s..d) is its layers' forward time plus a fixed overhead per region.
+//
 // Memory is counted in units u = ceil(budget / slots), every size rounded up, so every plan found
 // fits the true budget. Time O(n^3 C / 6) for C = budget / u, memory n (n + 1) / 2 rows of C + 1
 // doubles, accounted before the allocation; plans are rebuilt by re-evaluating the minimizations.
@@ -53,6 +55,7 @@ class Chain {
       time_prefix_[at(i) + 1] = time_prefix_[at(i)] + layer.forward_time;
     }
     input_ = round_up(profile.input_bytes, unit);
+    overhead_ = profile.region_overhead;
   }
 
   std::int64_t layers() const { return n_; }
@@ -63,8 +66,9 @@ class Chain {
     return j < t ? inner_[at(j)] : last_[at(j)];
   }
   std::int64_t boundary(std::int64_t j) const { return boundary_[at(j)]; }
-  double time(std::int64_t first, std::int64_t last) const {
-    return time_prefix_[at(last) + 1] - time_prefix_[at(first)];
+  // What region first..last costs besides its nested regions: its re-run and its overhead.
+  double region_cost(std::int64_t first, std::int64_t last) const {
+    return time_prefix_[at(last) + 1] - time_prefix_[at(first)] + overhead_;
   }
 
  private:
@@ -74,6 +78,7 @@ class Chain {
 
   std::int64_t n_;
   std::int64_t input_ = 0;
+  double overhead_ = 0;
   std::vector<std::int64_t> boundary_, inner_, last_;
   std::vector<double> time_prefix_;
 };
@@ -118,7 +123,7 @@ class PeakProgram {
       return {chain_.kept(s, t) + peak(s + 1, t), time(s + 1, t)};
     }
     return {std::max(peak(s, d), chain_.boundary(d) + peak(d + 1, t)),
-            chain_.time(s, d) + time(s, d) + time(d + 1, t)};
+            chain_.region_cost(s, d) + time(s, d) + time(d + 1, t)};
   }
 
   // The lexicographic least (peak, time); the first in candidate order among ties.
@@ -203,7 +208,7 @@ class TimeProgram {
     for (std::int64_t d = s; d < t; ++d) {
       const double* region = cost(s, d);
       const double* after = cost(d + 1, t);
-      const double region_time = chain_.time(s, d);
+      const double region_time = chain_.region_cost(s, d);
       const std::int64_t boundary = chain_.boundary(d);
       for (std::int64_t m = boundary; m <= capacity_; ++m) {
         row[m] = std::min(row[m], region_time + region[m] + after[m - boundary]);
@@ -219,7 +224,7 @@ class TimeProgram {
     for (std::int64_t d = s; d < t; ++d) {
       const std::int64_t boundary = chain_.boundary(d);
       if (m < boundary) continue;
-      if (chain_.time(s, d) + cost(s, d)[m] + cost(d + 1, t)[m - boundary] <= target) return d;
+      if (chain_.region_cost(s, d) + cost(s, d)[m] + cost(d + 1, t)[m - boundary] <= target) return d;
     }
     throw std::logic_error("eager planner: no choice reproduces the table");
   }
@@ -328,7 +333,7 @@ class Evaluator {
       const Evaluation rerun = segment(piece->first, piece->last, children_[*piece->region]);
       const std::int64_t kept = piece->last < t ? chain_.boundary(piece->last) : 0;
       out.peak_bytes = std::max(out.peak_bytes + kept, rerun.peak_bytes);
-      out.recompute_time += chain_.time(piece->first, piece->last) + rerun.recompute_time;
+      out.recompute_time += chain_.region_cost(piece->first, piece->last) + rerun.recompute_time;
     }
     return out;
   }
@@ -352,6 +357,9 @@ std::string bytes_text(std::int64_t bytes) {
 
 void validate(const Profile& profile) {
   if (profile.input_bytes < 0) throw InputError("input_bytes", std::nullopt, "must be >= 0");
+  if (!std::isfinite(profile.region_overhead) || profile.region_overhead < 0) {
+    throw InputError("region_overhead", std::nullopt, "must be finite and >= 0");
+  }
   std::int64_t total = profile.input_bytes;
   constexpr std::int64_t kLimit = std::int64_t{1} << 60;
   for (std::size_t i = 0; i < profile.layers.size(); ++i) {

@@ -16,6 +16,7 @@ Command add_generate(CLI::App& app);
 Command add_demo(CLI::App& app);
 Command add_chain(CLI::App& app);
 Command add_estimate(CLI::App& app);
+Command add_eager(CLI::App& app);
 
 // Reads FILE, or standard input for "-" or an empty name. Throws InputError("input") when the
 // file cannot be read.

@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   add(remat::cli::add_demo);
   add(remat::cli::add_chain);
   add(remat::cli::add_estimate);
+  add(remat::cli::add_eager);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

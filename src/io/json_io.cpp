@@ -152,6 +152,51 @@ chain::ChainProfile read_profile(std::string_view text) {
   return profile;
 }
 
+eager::Profile read_eager_profile(std::string_view text) {
+  const json root = parse_document(text);
+  if (!root.is_object()) {
+    throw InputError("input", std::nullopt, "expected a JSON object, got " + type_name(root));
+  }
+  const auto layers = root.find("layers");
+  if (layers == root.end()) throw InputError("layers", std::nullopt, "missing");
+  if (!layers->is_array() || layers->empty()) {
+    throw InputError("layers", std::nullopt, "expected a non-empty array of layers");
+  }
+  eager::Profile profile;
+  const auto input = root.find("input_bytes");
+  if (input == root.end()) throw InputError("input_bytes", std::nullopt, "missing");
+  profile.input_bytes = byte_count(*input, "input_bytes", std::nullopt);
+  const auto overhead = root.find("region_overhead");
+  if (overhead != root.end()) {
+    profile.region_overhead = number_at(*overhead, "region_overhead", std::nullopt);
+  }
+  for (std::size_t i = 0; i < layers->size(); ++i) {
+    const json& layer = (*layers)[i];
+    if (!layer.is_object())
+      throw InputError("layers", i, "expected an object, got " + type_name(layer));
+    auto field = [&](const char* name) -> const json& {
+      const auto it = layer.find(name);
+      if (it == layer.end()) throw InputError("layers", i, std::string(name) + " is missing");
+      return *it;
+    };
+    eager::Layer parsed;
+    parsed.saved_bytes = byte_count(field("saved_bytes"), "layers", i);
+    parsed.output_bytes = byte_count(field("output_bytes"), "layers", i);
+    parsed.forward_time = number_at(field("forward_time"), "layers", i);
+    const auto saves_output = layer.find("saves_output");
+    if (saves_output != layer.end()) {
+      if (!saves_output->is_boolean()) {
+        throw InputError("layers", i,
+                         "saves_output must be true or false, got " + type_name(*saves_output));
+      }
+      parsed.saves_output = saves_output->get<bool>();
+    }
+    profile.layers.push_back(parsed);
+  }
+  eager::validate(profile);  // names forward_time[i] etc. for values out of range
+  return profile;
+}
+
 std::string instance_json(const GeneratedInstance& instance) {
   json out;
   out["memory"] = instance.input.memory;

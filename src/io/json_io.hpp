@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "remat/chain.hpp"
+#include "remat/eager.hpp"
 #include "remat/generate.hpp"
 #include "remat/knapsack.hpp"
 #include "remat/problem.hpp"
@@ -25,6 +26,11 @@ Instance read_instance(std::string_view text);
 // input_bytes defaults to the first layer's activation_bytes. Throws InputError naming
 // layers[i].field.
 chain::ChainProfile read_profile(std::string_view text);
+
+// Parses an eager profile, as remat.torch.Profile.to_json() writes it: {"input_bytes": b,
+// "region_overhead": s, "layers": [{"name", "saved_bytes", "output_bytes", "saves_output",
+// "forward_time"}]}. region_overhead and saves_output are optional (0, false).
+eager::Profile read_eager_profile(std::string_view text);
 
 std::string instance_json(const GeneratedInstance& instance);
 std::string result_json(const KnapsackResult& result);

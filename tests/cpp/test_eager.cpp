@@ -38,6 +38,21 @@ TEST(EagerEvaluate, MatchesHandCountedPeaks) {
   const Evaluation nested = evaluate(p, {{0, 3, 0}, {0, 1, 1}, {2, 3, 1}});
   EXPECT_EQ(nested.recompute_time, 4 + 2 + 2);
   EXPECT_EQ(nested.peak_bytes, 6);
+  Profile costly = p;
+  costly.region_overhead = 0.5;
+  EXPECT_DOUBLE_EQ(evaluate(costly, {{0, 3, 0}, {0, 1, 1}, {2, 3, 1}}).recompute_time, 8 + 3 * 0.5);
+}
+
+TEST(EagerPlanner, RegionOverheadPrefersFewerRegions) {
+  // Six equal layers under a budget that two regions of three or three regions of two both
+  // meet: without overhead the cheaper re-run wins, with a large one the fewer regions do.
+  Profile p = linear_relu_stack(6);
+  const Plan free = plan(p, 5, 5, kPlannerCap);
+  p.region_overhead = 10;
+  const Plan costly = plan(p, 5, 5, kPlannerCap);
+  EXPECT_LE(costly.regions.size(), free.regions.size());
+  EXPECT_LE(costly.evaluation.recompute_time,
+            evaluate(p, free.regions).recompute_time);
 }
 
 TEST(EagerEvaluate, RejectsRegionsThatDoNotNest) {
@@ -108,7 +123,8 @@ TEST(EagerPlanner, EqualsExhaustiveSearch) {
   int compared = 0;
   for (int trial = 0; trial < 300; ++trial) {
     const std::int64_t n = 1 + trial % 6;
-    const Profile p = random_profile(rng, n);
+    Profile p = random_profile(rng, n);
+    p.region_overhead = trial % 3;  // 0, 1 or 2 per region
     std::vector<Evaluation> plans;
     for (const auto& regions : every_plan(n)) plans.push_back(evaluate(p, regions));
     std::int64_t least = std::numeric_limits<std::int64_t>::max();

@@ -269,3 +269,17 @@ def test_profile_must_match_the_functions():
     profile = rt.profile_layers(list(blocks)[:3], x)
     with pytest.raises(ValueError, match="profile: has 3 layers"):
         rt.plan(list(blocks), x, memory_budget="1GiB", profile=profile)
+
+
+def test_example_trains_within_the_budget():
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "eager_checkpoint.py"), "--steps", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("blocks within the budget: True; gradients equal: True") == 2
+    assert "remat checkpoint plan: 6 layers, budget 3 MiB" in done.stdout

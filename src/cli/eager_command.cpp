@@ -1,0 +1,81 @@
+// `remat eager`: the eager (torch.utils.checkpoint) planner on a measured profile, as
+// remat.torch.Profile.to_json() writes it. Prints the plan as JSON.
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "cli/commands.hpp"
+#include "io/json_io.hpp"
+#include "remat/eager.hpp"
+#include "remat/errors.hpp"
+#include "remat/knapsack.hpp"
+
+namespace remat::cli {
+
+namespace {
+
+using nlohmann::json;
+
+struct EagerOptions {
+  std::string profile;
+  std::optional<std::int64_t> budget;
+  std::optional<std::int64_t> slots;
+  std::size_t max_planner_bytes = 0;
+};
+
+// As remat.eager._default_slots: the program's n^3 / 6 x slots steps stay near 3 x 10^8.
+std::int64_t default_slots(std::size_t layers) {
+  const double n = static_cast<double>(layers);
+  return static_cast<std::int64_t>(std::clamp(3e8 / std::max(1.0, n * n * n / 6), 64.0, 4096.0));
+}
+
+void run(const EagerOptions& o) {
+  const eager::Profile profile = io::read_eager_profile(read_input(o.profile));
+  if (o.slots && *o.slots < 1) throw InputError("slots", std::nullopt, "must be >= 1");
+  if (o.budget && *o.budget < 0) throw InputError("budget", std::nullopt, "must be >= 0");
+  const auto start = std::chrono::steady_clock::now();
+  const eager::Plan plan =
+      o.budget ? eager::plan(profile, *o.budget, o.slots ? *o.slots : default_slots(profile.layers.size()),
+                             o.max_planner_bytes ? o.max_planner_bytes : default_max_planner_bytes())
+               : eager::minimum_memory_plan(profile);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  json regions = json::array();
+  std::vector<std::int64_t> runs(profile.layers.size(), 1);
+  for (const auto& r : plan.regions) {
+    regions.push_back({r.first, r.last, r.depth});
+    for (std::int64_t i = r.first; i <= r.last; ++i) ++runs[static_cast<std::size_t>(i)];
+  }
+  json out{{"layers", profile.layers.size()},
+           {"minimum_budget", plan.minimum_budget},
+           {"no_checkpoint_bytes", eager::evaluate(profile, {}).peak_bytes},
+           {"peak_bytes", plan.evaluation.peak_bytes},
+           {"recompute_time", plan.evaluation.recompute_time},
+           {"regions", regions},
+           {"runs", runs},
+           {"unit_bytes", plan.unit_bytes},
+           {"seconds", seconds}};
+  if (o.budget) out["budget"] = *o.budget;
+  std::cout << out.dump() << "\n";
+}
+
+}  // namespace
+
+Command add_eager(CLI::App& app) {
+  auto* sub = app.add_subcommand(
+      "eager", "Plan nested torch.utils.checkpoint regions for a measured eager profile");
+  auto o = std::make_shared<EagerOptions>();
+  sub->add_option("profile", o->profile,
+                  "JSON from remat.torch.Profile.to_json() (FILE, or - for standard input)");
+  sub->add_option("--budget", o->budget,
+                  "Saved-activation budget in bytes: the least recompute that fits (without it: "
+                  "the least-memory plan)");
+  sub->add_option("--slots", o->slots, "Memory units of the planner (default: by chain length)");
+  sub->add_option("--max-planner-bytes", o->max_planner_bytes,
+                  "Cap on the planner's table (default: half of physical RAM)");
+  return [=] { run(*o); };
+}
+
+}  // namespace remat::cli

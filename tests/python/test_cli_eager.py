@@ -1,0 +1,77 @@
+"""The contract of `remat eager`: the eager planner on a profile written by
+remat.torch.Profile.to_json(), agreeing with the Python package."""
+
+import json
+
+import pytest
+
+from conftest import ROOT
+
+import remat.torch as rt
+from remat import eager
+
+PROFILE = ROOT / "examples" / "profiles" / "gpt_d8_w192_eager.json"
+
+
+def eager_cli(run, *args, stdin=None):
+    code, out, err = run("eager", *args, stdin=stdin)
+    assert code == 0, err
+    assert err == ""
+    return json.loads(out)
+
+
+def test_plan_fits_and_matches_the_package(run):
+    profile = rt.Profile.from_json(PROFILE.read_text())
+    minimum = eager_cli(run, str(PROFILE))
+    assert minimum["peak_bytes"] == minimum["minimum_budget"]
+    assert minimum["no_checkpoint_bytes"] > minimum["minimum_budget"]
+    for budget in (minimum["minimum_budget"], 60 * 2**20, minimum["no_checkpoint_bytes"]):
+        out = eager_cli(run, str(PROFILE), "--budget", str(budget))
+        assert out["peak_bytes"] <= budget
+        ours = eager.plan_profile(profile, budget)
+        assert [tuple(r) for r in out["regions"]] == list(ours.regions)
+        assert out["recompute_time"] == pytest.approx(ours.predicted_recompute_seconds)
+        assert out["runs"] == ours.runs()
+    assert eager_cli(run, str(PROFILE), "--budget", str(minimum["no_checkpoint_bytes"]))["regions"] == []
+
+
+def test_reads_standard_input(run):
+    out = eager_cli(run, "-", "--budget", str(2**40), stdin=PROFILE.read_text())
+    assert out["layers"] == 8 and out["recompute_time"] == 0
+
+
+def test_budget_below_the_minimum_states_it(run):
+    least = eager_cli(run, str(PROFILE))["minimum_budget"]
+    code, out, err = run("eager", str(PROFILE), "--budget", str(least - 1))
+    assert code == 2 and out == ""
+    assert f"least peak any plan reaches, {least} bytes" in err
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda p: p["layers"][3].update(saved_bytes=-1), "layers[3]: must be a whole number of bytes"),
+        (lambda p: p["layers"][2].pop("output_bytes"), "layers[2]: output_bytes is missing"),
+        (lambda p: p["layers"][1].update(saves_output="yes"), "layers[1]: saves_output must be true or false"),
+        (lambda p: p["layers"][5].update(forward_time=-2.0), "forward_time[5]: must be finite and >= 0"),
+        (lambda p: p.update(region_overhead=-1), "region_overhead: must be finite and >= 0"),
+        (lambda p: p.update(layers=[]), "layers: expected a non-empty array"),
+        (lambda p: p.pop("input_bytes"), "input_bytes: missing"),
+    ],
+)
+def test_bad_profiles_name_the_field(run, mutate, message):
+    profile = json.loads(PROFILE.read_text())
+    mutate(profile)
+    code, out, err = run("eager", "-", "--budget", "100000000", stdin=json.dumps(profile))
+    assert code == 2 and out == ""
+    assert message in err, err
+
+
+def test_bad_options(run):
+    code, _, err = run("eager", str(PROFILE), "--budget", "100000000", "--slots", "0")
+    assert code == 2 and "slots" in err
+    code, _, err = run("eager", "/nonexistent.json")
+    assert code == 2 and "error:" in err
+    code, _, err = run("eager", str(PROFILE), "--budget", "100000000", "--slots", "100000000",
+                       "--max-planner-bytes", "1000")
+    assert code == 3 and "slots" in err
