@@ -193,7 +193,8 @@ std::tuple<std::int64_t, double> eager_evaluate(std::int64_t input_bytes,
                                                 const std::vector<RegionTuple>& regions) {
   std::vector<remat::eager::Region> parsed;
   for (const auto& [first, last, depth] : regions) parsed.push_back({first, last, depth});
-  const auto e = remat::eager::evaluate(make_eager_profile(input_bytes, layers, region_overhead), parsed);
+  const auto e =
+      remat::eager::evaluate(make_eager_profile(input_bytes, layers, region_overhead), parsed);
   return {e.peak_bytes, e.recompute_time};
 }
 

@@ -39,7 +39,9 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-std::size_t at(std::int64_t i) { return static_cast<std::size_t>(i); }
+std::size_t at(std::int64_t i) {
+  return static_cast<std::size_t>(i);
+}
 
 // Sizes and prefix sums of one profile, in bytes or in rounded units.
 class Chain {
@@ -50,8 +52,8 @@ class Chain {
       const Layer& layer = profile.layers[at(i)];
       boundary_.push_back(round_up(layer.output_bytes, unit));
       inner_.push_back(round_up(layer.saved_bytes + layer.output_bytes, unit));
-      last_.push_back(round_up(layer.saved_bytes + (layer.saves_output ? layer.output_bytes : 0),
-                               unit));
+      last_.push_back(
+          round_up(layer.saved_bytes + (layer.saves_output ? layer.output_bytes : 0), unit));
       time_prefix_[at(i) + 1] = time_prefix_[at(i)] + layer.forward_time;
     }
     input_ = round_up(profile.input_bytes, unit);
@@ -168,9 +170,7 @@ class TimeProgram {
     capacity_ = budget / unit - chain_.input();
   }
 
-  std::size_t table_bytes() const {
-    return at(n_ * (n_ + 1) / 2) * row_size() * sizeof(double);
-  }
+  std::size_t table_bytes() const { return at(n_ * (n_ + 1) / 2) * row_size() * sizeof(double); }
 
   bool feasible() const { return capacity_ >= 0 && n_ > 0 && cost(0, n_ - 1)[capacity_] < kInf; }
 
@@ -224,7 +224,8 @@ class TimeProgram {
     for (std::int64_t d = s; d < t; ++d) {
       const std::int64_t boundary = chain_.boundary(d);
       if (m < boundary) continue;
-      if (chain_.region_cost(s, d) + cost(s, d)[m] + cost(d + 1, t)[m - boundary] <= target) return d;
+      if (chain_.region_cost(s, d) + cost(s, d)[m] + cost(d + 1, t)[m - boundary] <= target)
+        return d;
     }
     throw std::logic_error("eager planner: no choice reproduces the table");
   }
@@ -271,9 +272,9 @@ std::vector<std::vector<std::size_t>> nest(const std::vector<Region>& regions, s
   for (std::size_t i : order) {
     const Region& r = regions[i];
     if (r.first < 0 || r.last >= n || r.first > r.last) {
-      throw InputError("regions", i, "layers " + std::to_string(r.first) + ".." +
-                                         std::to_string(r.last) + " are not inside the chain of " +
-                                         std::to_string(n) + " layers");
+      throw InputError("regions", i,
+                       "layers " + std::to_string(r.first) + ".." + std::to_string(r.last) +
+                           " are not inside the chain of " + std::to_string(n) + " layers");
     }
     while (bounds(open.back()).second < r.first) open.pop_back();
     const auto [first, last] = bounds(open.back());
@@ -404,8 +405,8 @@ Plan plan(const Profile& profile, std::int64_t budget_bytes, std::int64_t slots,
   out.evaluation = evaluate(profile, {});
   out.unit_bytes = 1;
   if (out.evaluation.peak_bytes <= budget_bytes) return out;  // everything fits, whatever units
-  const std::int64_t unit = std::max<std::int64_t>(1, budget_bytes / slots +
-                                                          (budget_bytes % slots != 0 ? 1 : 0));
+  const std::int64_t unit =
+      std::max<std::int64_t>(1, budget_bytes / slots + (budget_bytes % slots != 0 ? 1 : 0));
   TimeProgram program(profile, unit, budget_bytes);
   if (program.table_bytes() > max_planner_bytes) {
     throw PlannerMemoryError("eager planner: the table needs " +

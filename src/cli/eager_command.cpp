@@ -37,8 +37,9 @@ void run(const EagerOptions& o) {
   if (o.budget && *o.budget < 0) throw InputError("budget", std::nullopt, "must be >= 0");
   const auto start = std::chrono::steady_clock::now();
   const eager::Plan plan =
-      o.budget ? eager::plan(profile, *o.budget, o.slots ? *o.slots : default_slots(profile.layers.size()),
-                             o.max_planner_bytes ? o.max_planner_bytes : default_max_planner_bytes())
+      o.budget ? eager::plan(
+                     profile, *o.budget, o.slots ? *o.slots : default_slots(profile.layers.size()),
+                     o.max_planner_bytes ? o.max_planner_bytes : default_max_planner_bytes())
                : eager::minimum_memory_plan(profile);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -51,8 +51,7 @@ TEST(EagerPlanner, RegionOverheadPrefersFewerRegions) {
   p.region_overhead = 10;
   const Plan costly = plan(p, 5, 5, kPlannerCap);
   EXPECT_LE(costly.regions.size(), free.regions.size());
-  EXPECT_LE(costly.evaluation.recompute_time,
-            evaluate(p, free.regions).recompute_time);
+  EXPECT_LE(costly.evaluation.recompute_time, evaluate(p, free.regions).recompute_time);
 }
 
 TEST(EagerEvaluate, RejectsRegionsThatDoNotNest) {
@@ -86,9 +85,8 @@ void all_plans(std::int64_t s, std::int64_t t, std::int64_t seg_s, std::int64_t 
   for (std::int64_t d = s; d <= t; ++d) {
     if (s == seg_s && d == seg_t) continue;
     current.push_back({s, d, depth});
-    all_plans(s, d, s, d, depth + 1, current, out, [&, d] {
-      all_plans(d + 1, t, seg_s, seg_t, depth, current, out, done);
-    });
+    all_plans(s, d, s, d, depth + 1, current, out,
+              [&, d] { all_plans(d + 1, t, seg_s, seg_t, depth, current, out, done); });
     current.pop_back();
   }
 }
@@ -115,7 +113,8 @@ TEST(EagerPlanner, EnumerationCountsEveryNesting) {
   // 1 layer: plain only. 2 layers: plain, [0], [1], [0][1]: 4.
   EXPECT_EQ(every_plan(1).size(), 1u);
   EXPECT_EQ(every_plan(2).size(), 4u);
-  for (const auto& regions : every_plan(5)) EXPECT_NO_THROW(evaluate(linear_relu_stack(5), regions));
+  for (const auto& regions : every_plan(5))
+    EXPECT_NO_THROW(evaluate(linear_relu_stack(5), regions));
 }
 
 TEST(EagerPlanner, EqualsExhaustiveSearch) {
@@ -156,7 +155,8 @@ TEST(EagerPlanner, CoarseUnitsStillFitTheTrueBudget) {
     std::uniform_real_distribution<double> time(0.1, 3.0);
     p.input_bytes = bytes(rng);
     const std::int64_t n = 2 + trial % 40;
-    for (std::int64_t i = 0; i < n; ++i) p.layers.push_back({bytes(rng), bytes(rng), i % 3 == 0, time(rng)});
+    for (std::int64_t i = 0; i < n; ++i)
+      p.layers.push_back({bytes(rng), bytes(rng), i % 3 == 0, time(rng)});
     const std::int64_t least = minimum_memory_plan(p).minimum_budget;
     const std::int64_t all = evaluate(p, {}).peak_bytes;
     for (double f : {0.0, 0.1, 0.5, 1.0}) {

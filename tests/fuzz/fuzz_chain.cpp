@@ -1,11 +1,13 @@
 // Fuzzes the chain simulator and planners. Arbitrary action sequences must be accepted or
 // rejected with InvalidSchedule, never crash; every planner's schedule must simulate cleanly,
-// within its memory, at its predicted cost.
+// within its memory, at its predicted cost; the eager planner's plans fit and region sets are
+// evaluated or rejected cleanly.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include "remat/chain.hpp"
+#include "remat/eager.hpp"
 #include "remat/errors.hpp"
 
 namespace {
@@ -65,6 +67,34 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     check(plan.simulation.memory_bytes <= budget);
     check(std::abs(plan.simulation.recompute_time - plan.predicted_recompute_time) < 1e-6);
   } catch (const remat::InputError&) {
+  }
+  // 4. The eager planner: its plan fits, never beats the least peak, and arbitrary region sets
+  // are evaluated or rejected with InputError.
+  remat::eager::Profile eager;
+  eager.input_bytes = data[2] % 5;
+  eager.region_overhead = data[1] % 3;
+  for (std::int64_t i = 0; i < n && static_cast<std::size_t>(3 + i) < size; ++i) {
+    const std::uint8_t b = data[3 + i];
+    eager.layers.push_back({b % 5, (b / 5) % 7, (b & 128) != 0, 1.0 + b % 3});
+  }
+  if (!eager.layers.empty()) {
+    const auto least = remat::eager::minimum_memory_plan(eager);
+    check(least.evaluation.peak_bytes == least.minimum_budget);
+    const std::int64_t eager_budget = least.minimum_budget + data[1] % 30;
+    const auto found =
+        remat::eager::plan(eager, eager_budget, 1 + data[2] % 64, std::size_t{1} << 26);
+    check(found.evaluation.peak_bytes <= eager_budget);
+    check(found.evaluation.peak_bytes >= least.minimum_budget);
+    std::vector<remat::eager::Region> regions;
+    const auto layers = static_cast<std::int64_t>(eager.layers.size());
+    for (std::size_t k = 3; k + 1 < size && regions.size() < 12; k += 2) {
+      regions.push_back({data[k] % (layers + 1), data[k + 1] % (layers + 1), 0});
+    }
+    try {
+      const auto e = remat::eager::evaluate(eager, regions);
+      check(e.peak_bytes >= least.minimum_budget && e.recompute_time >= 0);
+    } catch (const remat::InputError&) {
+    }
   }
   return 0;
 }

@@ -19,5 +19,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     remat::io::read_profile(text).validate();
   } catch (const remat::InputError&) {
   }
+  try {
+    const remat::eager::Profile profile = remat::io::read_eager_profile(text);
+    if (profile.layers.empty()) __builtin_trap();
+    remat::eager::evaluate(profile, {});
+  } catch (const remat::InputError&) {
+  }
   return 0;
 }
