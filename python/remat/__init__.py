@@ -6,7 +6,9 @@ the C++ core (``remat._core``); this package is the thin layer that reaches PyTo
 
 - :func:`solve` and :func:`pareto` on one knapsack instance;
 - :mod:`remat.knapsack`: drop-in functions with torch's solver signatures;
-- :mod:`remat.torch`: ``remat.torch.use()`` makes torch.compile use remat's solver.
+- :mod:`remat.torch`: ``remat.torch.use()`` makes torch.compile use remat's solver, and
+  ``remat.torch.auto_checkpoint(model, memory_budget="2GiB")`` / ``checkpoint_sequential``
+  checkpoint eager training to an absolute budget (:mod:`remat.eager`).
 """
 
 from ._core import InputError, InvalidSchedule, PlannerMemoryError, WorkLimitError
