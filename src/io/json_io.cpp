@@ -111,10 +111,9 @@ std::int64_t byte_count(const json& value, const std::string& field,
   return static_cast<std::int64_t>(x);
 }
 
-}  // namespace
-
-chain::ChainProfile read_profile(std::string_view text) {
-  const json root = parse_document(text);
+// The document's object and its non-empty "layers" array, shared by both profile formats.
+std::pair<json, json> profile_document(std::string_view text) {
+  json root = parse_document(text);
   if (!root.is_object()) {
     throw InputError("input", std::nullopt, "expected a JSON object, got " + type_name(root));
   }
@@ -123,6 +122,15 @@ chain::ChainProfile read_profile(std::string_view text) {
   if (!layers->is_array() || layers->empty()) {
     throw InputError("layers", std::nullopt, "expected a non-empty array of layers");
   }
+  json array = std::move(*layers);
+  return {std::move(root), std::move(array)};
+}
+
+}  // namespace
+
+chain::ChainProfile read_profile(std::string_view text) {
+  const auto [root, layer_array] = profile_document(text);
+  const json* layers = &layer_array;
   chain::ChainProfile profile;
   profile.activation_bytes.push_back(0);
   profile.forward_time.push_back(0);
@@ -153,15 +161,8 @@ chain::ChainProfile read_profile(std::string_view text) {
 }
 
 eager::Profile read_eager_profile(std::string_view text) {
-  const json root = parse_document(text);
-  if (!root.is_object()) {
-    throw InputError("input", std::nullopt, "expected a JSON object, got " + type_name(root));
-  }
-  const auto layers = root.find("layers");
-  if (layers == root.end()) throw InputError("layers", std::nullopt, "missing");
-  if (!layers->is_array() || layers->empty()) {
-    throw InputError("layers", std::nullopt, "expected a non-empty array of layers");
-  }
+  const auto [root, layer_array] = profile_document(text);
+  const json* layers = &layer_array;
   eager::Profile profile;
   const auto input = root.find("input_bytes");
   if (input == root.end()) throw InputError("input_bytes", std::nullopt, "missing");
