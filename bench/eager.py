@@ -117,11 +117,16 @@ def torch_runner(segments: int):
     return run
 
 
-def remat_runner(plan: eager.Plan):
-    def run(blocks, h):
-        return eager.run_plan(blocks, plan, h)
+class RematRunner:
+    """Runs the chain through a plan; keeps the re-run seconds each step measured."""
 
-    return run
+    def __init__(self, plan: eager.Plan) -> None:
+        self.plan = plan
+        self.execution: eager._Execution | None = None
+
+    def __call__(self, blocks, h):
+        self.execution = eager._Execution(blocks, self.plan.regions)
+        return self.execution(h)
 
 
 def bench_model(name: str, config: dict, device: str, budgets: int, repeats: int) -> dict:
@@ -137,9 +142,10 @@ def bench_model(name: str, config: dict, device: str, budgets: int, repeats: int
 
     configs = {"none": plain}
     configs.update({f"torch:{s}": torch_runner(s) for s in range(2, n + 1)})
-    configs.update({f"remat:{i}": remat_runner(p) for i, p in enumerate(plans)})
+    configs.update({f"remat:{i}": RematRunner(p) for i, p in enumerate(plans)})
     peaks = {key: bench.measure_peak(run) for key, run in configs.items()}
     times: dict[str, list[float]] = {key: [] for key in configs}
+    recompute: dict[str, list[float]] = {key: [] for key in configs if key.startswith("remat")}
     for run in configs.values():  # warm-up
         bench.step(run)
     for _ in range(repeats):
@@ -149,6 +155,8 @@ def bench_model(name: str, config: dict, device: str, budgets: int, repeats: int
             bench.step(run)
             sync(device)
             times[key].append(time.perf_counter() - start)
+            if isinstance(run, RematRunner):
+                recompute[key].append(run.execution.recompute_seconds)
     # torch's segment count is chosen on the even repeats and reported on the odd ones, so
     # that picking the least of many noisy medians does not flatter it.
     median = {key: statistics.median(v[1::2]) for key, v in times.items()}
@@ -169,6 +177,7 @@ def bench_model(name: str, config: dict, device: str, budgets: int, repeats: int
                 "remat_tuning": plan.timings,
                 "remat_predicted_peak": plan.predicted_peak_bytes,
                 "remat_predicted_recompute_s": plan.predicted_recompute_seconds,
+                "remat_measured_recompute_s": statistics.median(recompute[key]),
                 "remat_peak": peaks[key],
                 "remat_step_s": median[key],
                 "torch_choice": best,
@@ -206,7 +215,10 @@ def report(results: dict) -> str:
         "`remat.torch.SavedTensorMeter` (storages counted once; parameters excluded). torch's "
         "column is its fastest segment count whose measured peak fits the budget (1 = no "
         "checkpointing). remat runs what `checkpoint_sequential`/`auto_checkpoint` run: the "
-        "planner's plan, tuned against the uniform segmentations that fit (the `chose` column). Overhead is the step time over the step without checkpointing.",
+        "planner's plan, tuned against the uniform segmentations that fit (the `chose` column). "
+        "Re-runs: the time remat's regions spent re-running in backward, measured around each "
+        "outermost re-run, next to the planner's prediction (layer forward times plus a "
+        "per-region overhead). Overhead is the step time over the step without checkpointing.",
         "",
     ]
     for name, r in results["models"].items():
@@ -218,8 +230,8 @@ def report(results: dict) -> str:
             f"{none['step_s'] * 1e3:.1f} ms. The least budget any plan reaches: "
             f"{mib(r['least_budget'])} MiB.",
             "",
-            "| budget MiB | remat peak MiB (predicted) | remat step ms | remat overhead | chose | torch segments | torch peak MiB | torch step ms | torch / remat |",
-            "| ---: | ---: | ---: | ---: | :--- | ---: | ---: | ---: | ---: |",
+            "| budget MiB | remat peak MiB (predicted) | remat step ms | remat overhead | re-runs ms (predicted) | chose | torch segments | torch peak MiB | torch step ms | torch / remat |",
+            "| ---: | ---: | ---: | ---: | ---: | :--- | ---: | ---: | ---: | ---: |",
         ]
         for row in r["rows"]:
             overhead = row["remat_step_s"] / none["step_s"] - 1
@@ -233,7 +245,8 @@ def report(results: dict) -> str:
             lines.append(
                 f"| {mib(row['budget'])} | {mib(row['remat_peak']['saved_peak'])} "
                 f"({mib(row['remat_predicted_peak'])}) | {row['remat_step_s'] * 1e3:.1f} | "
-                f"{overhead:+.0%} | {row['remat_choice']} | {torch_cols} |"
+                f"{overhead:+.0%} | {row['remat_measured_recompute_s'] * 1e3:.1f} "
+                f"({row['remat_predicted_recompute_s'] * 1e3:.1f}) | {row['remat_choice']} | {torch_cols} |"
             )
         ratios = [row["torch_step_s"] / row["remat_step_s"] for row in r["rows"] if row["torch_step_s"]]
         torch_least = min(v["peak"]["saved_peak"] for v in r["torch_all"].values())

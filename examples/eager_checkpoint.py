@@ -52,7 +52,9 @@ def main() -> None:
         outside = plain.peak_bytes - handle.last_plan.no_checkpoint_bytes
         print(f"step {step}: peak saved {format_bytes(meter.peak_bytes)} with remat, "
               f"{format_bytes(plain.peak_bytes)} without; blocks within the budget: "
-              f"{meter.peak_bytes - outside <= budget}; gradients equal: {same}")
+              f"{meter.peak_bytes - outside <= budget}; gradients equal: {same}; re-runs "
+              f"{handle.last_execution.recompute_seconds * 1e3:.1f} ms (predicted "
+              f"{handle.last_plan.predicted_recompute_seconds * 1e3:.1f} ms)")
         if not same or meter.peak_bytes - outside > budget:
             sys.exit("gradients differ or the budget is exceeded")
         optimizer.step(), reference_optimizer.step()

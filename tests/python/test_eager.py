@@ -283,3 +283,25 @@ def test_example_trains_within_the_budget():
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("blocks within the budget: True; gradients equal: True") == 2
     assert "remat checkpoint plan: 6 layers, budget 3 MiB" in done.stdout
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_peak_allocated_falls_with_the_budget():
+    model, blocks, x = build("gpt")
+    model.cuda()
+    x = x.cuda()
+
+    def peak_allocated() -> int:
+        model.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        models.loss(model(x)).backward()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base
+
+    plain = peak_allocated()
+    _, least, everything = chain_budgets(model, blocks, x)
+    rt.auto_checkpoint(model, memory_budget=least)
+    peak_allocated()  # measures and plans
+    assert peak_allocated() < plain - (everything - least) // 2
