@@ -21,6 +21,7 @@ import json
 import os
 import pathlib
 import platform
+import random
 import statistics
 import sys
 import time
@@ -148,8 +149,11 @@ def bench_model(name: str, config: dict, device: str, budgets: int, repeats: int
     recompute: dict[str, list[float]] = {key: [] for key in configs if key.startswith("remat")}
     for run in configs.values():  # warm-up
         bench.step(run)
+    order = list(configs.items())
+    shuffle = random.Random(0)
     for _ in range(repeats):
-        for key, run in configs.items():
+        shuffle.shuffle(order)  # no config always runs first or after the same neighbour
+        for key, run in order:
             sync(device)
             start = time.perf_counter()
             bench.step(run)
@@ -208,8 +212,8 @@ def report(results: dict) -> str:
         "",
         f"Regenerate: `{meta['command']}` ({meta['machine']}, torch {meta['torch']}, "
         f"{meta['threads']} threads, device {meta['device']}; step times are medians of "
-        f"{meta['repeats'] // 2} interleaved steps; torch's segment count is chosen on "
-        "another interleaved set of the same size).",
+        f"{meta['repeats'] // 2} steps, every config once per round in an order shuffled each "
+        "round; torch's segment count is chosen on another set of rounds of the same size).",
         "",
         "Memory is the peak of saved-for-backward bytes of the checkpointed chain, measured with "
         "`remat.torch.SavedTensorMeter` (storages counted once; parameters excluded). torch's "

@@ -474,25 +474,30 @@ def _time_step(
 # --- execution ----------------------------------------------------------------------------------
 
 
+def _batchnorm_buffers(functions: Sequence[Any]) -> list[torch.Tensor]:
+    return [
+        b
+        for f in functions
+        for top in _modules_of(f)
+        for m in top.modules()
+        if isinstance(m, nn.modules.batchnorm._BatchNorm)
+        for b in m.buffers()
+    ]
+
+
 class _RunningStatsKept:
     """A re-run is not a new batch: BatchNorm's running statistics are put back after it
     (torch.utils.checkpoint alone would update them once more per re-run)."""
 
-    def __init__(self, functions: Sequence[Any]) -> None:
-        self._buffers = [
-            b
-            for f in functions
-            for top in _modules_of(f)
-            for m in top.modules()
-            if isinstance(m, nn.modules.batchnorm._BatchNorm)
-            for b in m.buffers()
-        ]
+    def __init__(self, buffers: list[torch.Tensor]) -> None:
+        self._buffers = buffers
 
     def __enter__(self) -> None:
         self._saved = [b.detach().clone() for b in self._buffers]
 
     def __exit__(self, *exc: Any) -> None:
-        _restore(self._buffers, self._saved)
+        if self._buffers:
+            _restore(self._buffers, self._saved)
 
 
 class _Execution:
@@ -511,6 +516,7 @@ class _Execution:
             stack.append(index)
         self.recompute_seconds = 0.0
         self._timing = threading.local()
+        self._statistics: dict[int, list[torch.Tensor]] = {}  # region -> BatchNorm buffers
 
     def __call__(self, h: Any) -> Any:
         return self._segment(0, len(self.functions) - 1, -1, h)
@@ -540,7 +546,9 @@ class _Execution:
         self._timing.active = True
         start = time.perf_counter()
         try:
-            with _RunningStatsKept(self.functions[first : last + 1]):
+            if region not in self._statistics:
+                self._statistics[region] = _batchnorm_buffers(self.functions[first : last + 1])
+            with _RunningStatsKept(self._statistics[region]):
                 out = self._segment(first, last, region, h)
             _synchronize(out)
             return out
