@@ -1,4 +1,4 @@
-"""Eager checkpointing to a memory budget: remat against torch.utils.checkpoint.checkpoint_sequential.
+"""Eager checkpointing to a budget: remat against torch.utils.checkpoint.checkpoint_sequential.
 
     python bench/eager.py            # all three models, about 5 minutes on 2 cores
     python bench/eager.py --quick    # smaller models and fewer repeats, under a minute
@@ -35,7 +35,6 @@ import models  # noqa: E402
 
 import remat.torch as rt  # noqa: E402
 from remat import eager  # noqa: E402
-from remat.units import format_bytes  # noqa: E402
 
 OUT = ROOT / "bench" / "results" / "eager"
 
@@ -123,10 +122,10 @@ class RematRunner:
 
     def __init__(self, plan: eager.Plan) -> None:
         self.plan = plan
-        self.execution: eager._Execution | None = None
+        self.execution: eager.Execution | None = None
 
     def __call__(self, blocks, h):
-        self.execution = eager._Execution(blocks, self.plan.regions)
+        self.execution = eager.Execution(blocks, self.plan.regions)
         return self.execution(h)
 
 
@@ -139,7 +138,10 @@ def bench_model(name: str, config: dict, device: str, budgets: int, repeats: int
     targets = [round(everything - k * (everything - least) / (budgets - 1)) for k in range(budgets)]
     # As checkpoint_sequential and auto_checkpoint plan: the planner's plan, tuned against the
     # uniform segmentations that fit by timing the chain (see remat.eager.plan).
-    plans = [eager.tune_plan(bench.blocks, bench.chain_input(), eager.plan_profile(profile, b)) for b in targets]
+    plans = [
+        eager.tune_plan(bench.blocks, bench.chain_input(), eager.plan_profile(profile, b))
+        for b in targets
+    ]
 
     configs = {"none": plain}
     configs.update({f"torch:{s}": torch_runner(s) for s in range(2, n + 1)})
@@ -185,7 +187,9 @@ def bench_model(name: str, config: dict, device: str, budgets: int, repeats: int
                 "remat_peak": peaks[key],
                 "remat_step_s": median[key],
                 "torch_choice": best,
-                "torch_segments": None if best is None else (1 if best == "none" else int(best.split(":")[1])),
+                "torch_segments": (
+                    None if best is None else (1 if best == "none" else int(best.split(":")[1]))
+                ),
                 "torch_peak": None if best is None else peaks[best],
                 "torch_step_s": None if best is None else median[best],
             }
@@ -195,10 +199,26 @@ def bench_model(name: str, config: dict, device: str, budgets: int, repeats: int
         "layers": n,
         "no_checkpoint": {"peak": peaks["none"], "step_s": median["none"]},
         "least_budget": least,
-        "torch_all": {k: {"peak": peaks[k], "step_s": median[k]} for k in configs if k.startswith("torch")},
+        "torch_all": {
+            k: {"peak": peaks[k], "step_s": median[k]} for k in configs if k.startswith("torch")
+        },
         "forward_s": profile.forward_seconds,
         "rows": rows,
     }
+
+
+COLUMNS = [
+    "budget MiB",
+    "remat peak MiB (predicted)",
+    "remat step ms",
+    "remat overhead",
+    "re-runs ms (predicted)",
+    "chose",
+    "torch segments",
+    "torch peak MiB",
+    "torch step ms",
+    "torch / remat",
+]
 
 
 def mib(b: float) -> str:
@@ -234,7 +254,7 @@ def report(results: dict) -> str:
             f"{none['step_s'] * 1e3:.1f} ms. The least budget any plan reaches: "
             f"{mib(r['least_budget'])} MiB.",
             "",
-            "| budget MiB | remat peak MiB (predicted) | remat step ms | remat overhead | re-runs ms (predicted) | chose | torch segments | torch peak MiB | torch step ms | torch / remat |",
+            "| " + " | ".join(COLUMNS) + " |",
             "| ---: | ---: | ---: | ---: | ---: | :--- | ---: | ---: | ---: | ---: |",
         ]
         for row in r["rows"]:
@@ -252,7 +272,9 @@ def report(results: dict) -> str:
                 f"{overhead:+.0%} | {row['remat_measured_recompute_s'] * 1e3:.1f} "
                 f"({row['remat_predicted_recompute_s'] * 1e3:.1f}) | {row['remat_choice']} | {torch_cols} |"
             )
-        ratios = [row["torch_step_s"] / row["remat_step_s"] for row in r["rows"] if row["torch_step_s"]]
+        ratios = [
+            row["torch_step_s"] / row["remat_step_s"] for row in r["rows"] if row["torch_step_s"]
+        ]
         torch_least = min(v["peak"]["saved_peak"] for v in r["torch_all"].values())
         lines += [
             "",
@@ -263,9 +285,12 @@ def report(results: dict) -> str:
             "checkpoint), so its ratio reads the measurement noise.",
         ]
         if "cuda_peak_allocated" in none["peak"]:
-            lines += ["", "CUDA peak allocated over the whole step (MiB): no checkpoint "
-                      f"{mib(none['peak']['cuda_peak_allocated'])}; remat at each budget: "
-                      + ", ".join(mib(row["remat_peak"]["cuda_peak_allocated"]) for row in r["rows"])]
+            lines += [
+                "",
+                "CUDA peak allocated over the whole step (MiB): no checkpoint "
+                f"{mib(none['peak']['cuda_peak_allocated'])}; remat at each budget: "
+                + ", ".join(mib(row["remat_peak"]["cuda_peak_allocated"]) for row in r["rows"]),
+            ]
         lines.append("")
     lines += ["![step time against budget](curves.png)", ""]
     return "\n".join(lines)
@@ -284,8 +309,14 @@ def plot(results: dict, path: pathlib.Path) -> None:
         budgets = [row["budget"] / 2**20 for row in r["rows"]]
         ax = axes[0][column]
         ax.plot(budgets, [row["remat_step_s"] * 1e3 for row in r["rows"]], "o-", label="remat")
-        fits = [(b, row["torch_step_s"] * 1e3) for b, row in zip(budgets, r["rows"]) if row["torch_step_s"]]
-        ax.plot([b for b, _ in fits], [t for _, t in fits], "s--", label="torch checkpoint_sequential")
+        fits = [
+            (b, row["torch_step_s"] * 1e3)
+            for b, row in zip(budgets, r["rows"])
+            if row["torch_step_s"]
+        ]
+        ax.plot(
+            [b for b, _ in fits], [t for _, t in fits], "s--", label="torch checkpoint_sequential"
+        )
         ax.axhline(r["no_checkpoint"]["step_s"] * 1e3, color="gray", lw=0.8, label="no checkpoint")
         ax.set_title(name)
         ax.set_xlabel("budget (MiB of saved activations)")
@@ -294,10 +325,18 @@ def plot(results: dict, path: pathlib.Path) -> None:
         ax.legend(fontsize=8)
         ax = axes[1][column]
         ax.plot(budgets, budgets, color="gray", lw=0.8, label="budget")
-        ax.plot(budgets, [row["remat_peak"]["saved_peak"] / 2**20 for row in r["rows"]], "o-", label="remat measured")
-        ax.plot([b for b, row in zip(budgets, r["rows"]) if row["torch_peak"]],
-                [row["torch_peak"]["saved_peak"] / 2**20 for row in r["rows"] if row["torch_peak"]],
-                "s--", label="torch measured")
+        ax.plot(
+            budgets,
+            [row["remat_peak"]["saved_peak"] / 2**20 for row in r["rows"]],
+            "o-",
+            label="remat measured",
+        )
+        ax.plot(
+            [b for b, row in zip(budgets, r["rows"]) if row["torch_peak"]],
+            [row["torch_peak"]["saved_peak"] / 2**20 for row in r["rows"] if row["torch_peak"]],
+            "s--",
+            label="torch measured",
+        )
         ax.set_xlabel("budget (MiB)")
         ax.set_ylabel("peak saved (MiB)")
         ax.invert_xaxis()
@@ -307,15 +346,20 @@ def plot(results: dict, path: pathlib.Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--budgets", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--models", nargs="*", default=list(FULL))
     parser.add_argument("--out", type=pathlib.Path, default=OUT)
-    parser.add_argument("--report-only", action="store_true",
-                        help="rewrite README.md and curves.png from results.json")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="rewrite README.md and curves.png from results.json",
+    )
     args = parser.parse_args()
     if args.report_only:
         results = json.loads((args.out / "results.json").read_text())
@@ -324,9 +368,12 @@ def main() -> None:
         return
     configs = QUICK if args.quick else FULL
     repeats = args.repeats or (4 if args.quick else 16)
-    command = "python bench/eager.py" + (" --quick" if args.quick else "") + (
-        f" --device {args.device}" if args.device != "cpu" else "") + (
-        f" --repeats {args.repeats}" if args.repeats else "")
+    command = (
+        "python bench/eager.py"
+        + (" --quick" if args.quick else "")
+        + (f" --device {args.device}" if args.device != "cpu" else "")
+        + (f" --repeats {args.repeats}" if args.repeats else "")
+    )
     results = {
         "meta": {
             "command": command,
@@ -341,7 +388,9 @@ def main() -> None:
     }
     for name in args.models:
         started = time.perf_counter()
-        results["models"][name] = bench_model(name, configs[name], args.device, args.budgets, repeats)
+        results["models"][name] = bench_model(
+            name, configs[name], args.device, args.budgets, repeats
+        )
         print(f"{name}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=1))

@@ -32,7 +32,9 @@ def main() -> None:
     args = parser.parse_args()
 
     torch.manual_seed(0)
-    model, blocks, tokens = models.make_gpt(depth=6, width=64, heads=4, seq=64, batch=4, dropout=0.1)
+    model, blocks, tokens = models.make_gpt(
+        depth=6, width=64, heads=4, seq=64, batch=4, dropout=0.1
+    )
     reference = copy.deepcopy(model)
 
     handle = remat.torch.auto_checkpoint(model, memory_budget=args.budget)  # the second line
@@ -47,14 +49,18 @@ def main() -> None:
         torch.manual_seed(step)
         with remat.torch.SavedTensorMeter(reference) as plain:
             models.loss(reference(tokens)).backward()
-        same = all(torch.equal(a.grad, b.grad) for a, b in zip(model.parameters(), reference.parameters()))
+        same = all(
+            torch.equal(a.grad, b.grad) for a, b in zip(model.parameters(), reference.parameters())
+        )
         # The embedding and the head save the same bytes in both runs; the blocks are planned.
         outside = plain.peak_bytes - handle.last_plan.no_checkpoint_bytes
-        print(f"step {step}: peak saved {format_bytes(meter.peak_bytes)} with remat, "
-              f"{format_bytes(plain.peak_bytes)} without; blocks within the budget: "
-              f"{meter.peak_bytes - outside <= budget}; gradients equal: {same}; re-runs "
-              f"{handle.last_execution.recompute_seconds * 1e3:.1f} ms (predicted "
-              f"{handle.last_plan.predicted_recompute_seconds * 1e3:.1f} ms)")
+        print(
+            f"step {step}: peak saved {format_bytes(meter.peak_bytes)} with remat, "
+            f"{format_bytes(plain.peak_bytes)} without; blocks within the budget: "
+            f"{meter.peak_bytes - outside <= budget}; gradients equal: {same}; re-runs "
+            f"{handle.last_execution.recompute_seconds * 1e3:.1f} ms (predicted "
+            f"{handle.last_plan.predicted_recompute_seconds * 1e3:.1f} ms)"
+        )
         if not same or meter.peak_bytes - outside > budget:
             sys.exit("gradients differ or the budget is exceeded")
         optimizer.step(), reference_optimizer.step()

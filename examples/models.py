@@ -75,7 +75,9 @@ class DecoderBlock(nn.Module):
         self.ln1 = nn.LayerNorm(width)
         self.attn = CausalSelfAttention(width, heads, dropout)
         self.ln2 = nn.LayerNorm(width)
-        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+        self.mlp = nn.Sequential(
+            nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width)
+        )
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -104,8 +106,15 @@ class GPT(nn.Module):
         return self.head(self.ln(x))
 
 
-def make_gpt(depth: int = 6, width: int = 128, heads: int = 4, seq: int = 64, batch: int = 8,
-             vocab: int = 512, dropout: float = 0.0):
+def make_gpt(
+    depth: int = 6,
+    width: int = 128,
+    heads: int = 4,
+    seq: int = 64,
+    batch: int = 8,
+    vocab: int = 512,
+    dropout: float = 0.0,
+):
     model = GPT(vocab, width, depth, heads, dropout)
     return model, model.blocks, torch.randint(0, vocab, (batch, seq))
 
@@ -118,7 +127,9 @@ class BasicBlock(nn.Module):
         self.conv2 = nn.Conv2d(outputs, outputs, 3, 1, 1, bias=False)
         self.bn2 = nn.BatchNorm2d(outputs)
         self.shortcut = (
-            nn.Sequential(nn.Conv2d(inputs, outputs, 1, stride, bias=False), nn.BatchNorm2d(outputs))
+            nn.Sequential(
+                nn.Conv2d(inputs, outputs, 1, stride, bias=False), nn.BatchNorm2d(outputs)
+            )
             if stride != 1 or inputs != outputs
             else nn.Identity()
         )
@@ -129,9 +140,13 @@ class BasicBlock(nn.Module):
 
 
 class ResNet(nn.Module):
-    def __init__(self, widths: tuple[int, ...] = (16, 32, 64), per_stage: int = 3, classes: int = 10) -> None:
+    def __init__(
+        self, widths: tuple[int, ...] = (16, 32, 64), per_stage: int = 3, classes: int = 10
+    ) -> None:
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, widths[0], 3, 1, 1, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU())
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, widths[0], 3, 1, 1, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU()
+        )
         blocks, inputs = [], widths[0]
         for stage, width in enumerate(widths):
             for i in range(per_stage):

@@ -38,7 +38,9 @@ def parse_bytes(value: int | float | str, field: str = "memory_budget") -> int:
             )
         number, scale = float(match.group(1)), _UNITS[unit]
     else:
-        raise ValueError(f"{field}: expected bytes as an int or a string, got {type(value).__name__}")
+        raise ValueError(
+            f"{field}: expected bytes as an int or a string, got {type(value).__name__}"
+        )
     if not math.isfinite(number) or number < 0:
         raise ValueError(f"{field}: {value!r} is not a finite number of bytes >= 0")
     total = number * scale

@@ -32,7 +32,10 @@ def test_plan_fits_and_matches_the_package(run):
         assert [tuple(r) for r in out["regions"]] == list(ours.regions)
         assert out["recompute_time"] == pytest.approx(ours.predicted_recompute_seconds)
         assert out["runs"] == ours.runs()
-    assert eager_cli(run, str(PROFILE), "--budget", str(minimum["no_checkpoint_bytes"]))["regions"] == []
+    assert (
+        eager_cli(run, str(PROFILE), "--budget", str(minimum["no_checkpoint_bytes"]))["regions"]
+        == []
+    )
 
 
 def test_reads_standard_input(run):
@@ -50,10 +53,19 @@ def test_budget_below_the_minimum_states_it(run):
 @pytest.mark.parametrize(
     "mutate, message",
     [
-        (lambda p: p["layers"][3].update(saved_bytes=-1), "layers[3]: must be a whole number of bytes"),
+        (
+            lambda p: p["layers"][3].update(saved_bytes=-1),
+            "layers[3]: must be a whole number of bytes",
+        ),
         (lambda p: p["layers"][2].pop("output_bytes"), "layers[2]: output_bytes is missing"),
-        (lambda p: p["layers"][1].update(saves_output="yes"), "layers[1]: saves_output must be true or false"),
-        (lambda p: p["layers"][5].update(forward_time=-2.0), "forward_time[5]: must be finite and >= 0"),
+        (
+            lambda p: p["layers"][1].update(saves_output="yes"),
+            "layers[1]: saves_output must be true or false",
+        ),
+        (
+            lambda p: p["layers"][5].update(forward_time=-2.0),
+            "forward_time[5]: must be finite and >= 0",
+        ),
         (lambda p: p.update(region_overhead=-1), "region_overhead: must be finite and >= 0"),
         (lambda p: p.update(layers=[]), "layers: expected a non-empty array"),
         (lambda p: p.pop("input_bytes"), "input_bytes: missing"),
@@ -72,6 +84,14 @@ def test_bad_options(run):
     assert code == 2 and "slots" in err
     code, _, err = run("eager", "/nonexistent.json")
     assert code == 2 and "error:" in err
-    code, _, err = run("eager", str(PROFILE), "--budget", "100000000", "--slots", "100000000",
-                       "--max-planner-bytes", "1000")
+    code, _, err = run(
+        "eager",
+        str(PROFILE),
+        "--budget",
+        "100000000",
+        "--slots",
+        "100000000",
+        "--max-planner-bytes",
+        "1000",
+    )
     assert code == 3 and "slots" in err

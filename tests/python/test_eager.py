@@ -187,6 +187,21 @@ def test_auto_checkpoint_rejects_blocks_called_out_of_order():
         blocks[2](h)
 
 
+def test_auto_checkpoint_twice_is_refused_until_removed():
+    model, blocks, x = build("mlp")
+    handle = rt.auto_checkpoint(model, memory_budget="1GiB")
+    with pytest.raises(ValueError, match=r"blocks\[0\]: already under auto_checkpoint"):
+        rt.auto_checkpoint(model, memory_budget="2GiB")
+    handle.remove()
+    again = rt.auto_checkpoint(model, memory_budget="2GiB")
+    models.loss(model(x)).backward()
+    assert again.last_plan is not None
+    shared = nn.Linear(4, 4)
+    with pytest.raises(ValueError, match="listed twice"):
+        rt.auto_checkpoint(nn.Sequential(shared, shared), memory_budget="1GiB")
+    assert "forward" not in shared.__dict__
+
+
 def test_auto_checkpoint_finds_blocks():
     model, blocks, _ = build("resnet")
     assert rt.auto_checkpoint(model, memory_budget="1GiB").blocks == list(blocks)

@@ -1,0 +1,79 @@
+"""What the eager modules share: walking tensor trees, device synchronization, and putting back
+the RNG state and module buffers that measuring or re-running would otherwise change."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Iterable, Sequence
+
+import torch
+from torch import nn
+
+from ..saved_memory import storage_key
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in _tensors(item)]
+    if isinstance(value, dict):
+        return [t for item in value.values() for t in _tensors(item)]
+    return []
+
+
+def _storage_bytes(value: Any) -> tuple[set[tuple[str, int, int]], int]:
+    keys = {storage_key(t) for t in _tensors(value)}
+    return keys, sum(key[2] for key in keys)
+
+
+def _detached(value: Any) -> Any:
+    """The same values cut from the graph, each tensor keeping whether it requires grad."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().requires_grad_(value.requires_grad)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_detached(v) for v in value)
+    return value
+
+
+def _synchronize(value: Any) -> None:
+    for tensor in _tensors(value):
+        if tensor.is_cuda:
+            torch.cuda.synchronize(tensor.device)
+            return
+
+
+def _restore(buffers: Sequence[torch.Tensor], saved: Sequence[torch.Tensor]) -> None:
+    # Through .data: the graph may hold these buffers (batch_norm saves its running statistics,
+    # though its training backward never reads them), and a version bump would fail backward.
+    for buffer, value in zip(buffers, saved):
+        buffer.data.copy_(value)
+
+
+class _PreservedState:
+    """Profiling runs layers several times: it must not advance the RNG (dropout) or move
+    BatchNorm's running statistics, or training would differ from a run without remat."""
+
+    def __init__(self, modules: Iterable[nn.Module], devices: set[torch.device]) -> None:
+        self._buffers = [b for m in modules for b in m.buffers()]
+        self._cuda = sorted({d.index or 0 for d in devices if d.type == "cuda"})
+
+    def __enter__(self) -> None:
+        self._saved_buffers = [b.detach().clone() for b in self._buffers]
+        self._rng = torch.random.get_rng_state()
+        self._cuda_rng = [torch.cuda.get_rng_state(d) for d in self._cuda]
+
+    def __exit__(self, *exc: Any) -> None:
+        _restore(self._buffers, self._saved_buffers)
+        torch.random.set_rng_state(self._rng)
+        for device, state in zip(self._cuda, self._cuda_rng):
+            torch.cuda.set_rng_state(state, device)
+
+
+def _modules_of(function: Any) -> list[nn.Module]:
+    if isinstance(function, nn.Module):
+        return [function]
+    if isinstance(function, functools.partial):
+        return [m for part in (function.func, *function.args) for m in _modules_of(part)]
+    owner = getattr(function, "__self__", None)
+    return [owner] if isinstance(owner, nn.Module) else []

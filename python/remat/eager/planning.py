@@ -1,0 +1,228 @@
+"""Plans: the C++ planner's least-recompute regions for a profile, and tuning them on the chain."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+from torch import nn
+
+from .. import _core
+from ..units import format_bytes, parse_bytes
+from ._runtime import _PreservedState, _detached, _modules_of, _synchronize, _tensors
+from .execution import Execution
+from .profile import Profile, profile_layers
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where the checkpoint regions go, and what the planner predicts for them."""
+
+    regions: tuple[tuple[int, int, int], ...]  # (first layer, last layer, depth), pre-order
+    memory_budget: int
+    predicted_peak_bytes: int
+    predicted_recompute_seconds: float
+    minimum_budget_bytes: int  # the least peak any plan reaches
+    no_checkpoint_bytes: int  # the peak with no checkpoint at all
+    profile: Profile = field(repr=False)
+    # When tuned: each candidate that fits, with its measured chain forward + backward seconds;
+    # `choice` names the one these regions come from.
+    timings: tuple[tuple[str, float], ...] = ()
+    choice: str = "planner"
+
+    def runs(self) -> list[int]:
+        """How many times each layer's forward runs in a step (1: its activations are kept)."""
+        runs = [1] * len(self.profile.layers)
+        for first, last, _ in self.regions:
+            for layer in range(first, last + 1):
+                runs[layer] += 1
+        return runs
+
+    def kept(self) -> list[bool]:
+        """Whether each layer's saved activations are kept from the first forward pass."""
+        return [r == 1 for r in self.runs()]
+
+    def table(self) -> str:
+        p = self.profile
+        forward = p.forward_seconds
+        share = self.predicted_recompute_seconds / forward if forward > 0 else 0.0
+        lines = [
+            f"remat checkpoint plan: {len(p.layers)} layers, budget "
+            f"{format_bytes(self.memory_budget)}",
+            f"  predicted peak saved {format_bytes(self.predicted_peak_bytes)} (no checkpoint "
+            f"{format_bytes(self.no_checkpoint_bytes)}, least possible "
+            f"{format_bytes(self.minimum_budget_bytes)})",
+            f"  predicted recompute {self.predicted_recompute_seconds * 1e3:.3g} ms = "
+            f"{share:.0%} of the forward pass ({forward * 1e3:.3g} ms), with "
+            f"{p.region_overhead_seconds * 1e6:.0f} us per region",
+            f"  {len(self.regions)} checkpoint regions; runs = forward evaluations per step",
+        ]
+        if self.timings:
+            measured = ", ".join(f"{label} {t * 1e3:.3g} ms" for label, t in self.timings)
+            lines.append(
+                f"  tuned: chose {self.choice} by measured forward + backward ({measured})"
+            )
+        lines += [
+            "",
+            f"  {'layer':>5}  {'name':<18} {'saved':>10} {'output':>10} {'forward':>10}"
+            "  runs  regions",
+        ]
+        depth = max((d for _, _, d in self.regions), default=-1) + 1
+        for i, (layer, runs) in enumerate(zip(p.layers, self.runs())):
+            marks = [" "] * depth
+            for first, last, d in self.regions:
+                if first <= i <= last:
+                    marks[d] = (
+                        "=" if first == last else "/" if i == first else "\\" if i == last else "|"
+                    )
+            lines.append(
+                f"  {i:>5}  {layer.name[:18]:<18} {format_bytes(layer.saved_bytes):>10} "
+                f"{format_bytes(layer.output_bytes):>10} {layer.forward_seconds * 1e3:>7.3g} ms"
+                f"  {runs:>4}  {''.join(marks)}"
+            )
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def _default_slots(layers: int) -> int:
+    # The program costs n^3 / 6 x slots steps; keep it near 0.1 s on one core.
+    return int(min(4096, max(64, 3e8 / max(1.0, layers**3 / 6))))
+
+
+def plan_profile(
+    profile: Profile, memory_budget: int | float | str, *, slots: int | None = None
+) -> Plan:
+    """The least-recompute plan for a measured profile (see :func:`plan`)."""
+    budget = parse_bytes(memory_budget)
+    layers = profile.core_layers()
+    if not layers:
+        raise ValueError("functions: the chain has no layers")
+    overhead = profile.region_overhead_seconds
+    result = _core.eager_plan(
+        profile.input_bytes, layers, overhead, budget, slots or _default_slots(len(layers)), 0
+    )
+    no_checkpoint, _ = _core.eager_evaluate(profile.input_bytes, layers, overhead, [])
+    return Plan(
+        regions=tuple(tuple(r) for r in result["regions"]),
+        memory_budget=budget,
+        predicted_peak_bytes=result["peak_bytes"],
+        predicted_recompute_seconds=result["recompute_time"],
+        minimum_budget_bytes=result["minimum_budget"],
+        no_checkpoint_bytes=no_checkpoint,
+        profile=profile,
+    )
+
+
+def plan(
+    functions: Sequence[Callable[[Any], Any]] | nn.Sequential,
+    input: Any,
+    *,
+    memory_budget: int | float | str,
+    profile: Profile | None = None,
+    slots: int | None = None,
+    tune: bool = True,
+    exclude: Iterable[Any] = (),
+) -> Plan:
+    """The plan :func:`checkpoint_sequential` would run, without running it.
+
+    With `tune` (and an input), the planner's plan and every torch-style uniform segmentation
+    whose predicted peak fits are each timed on the real chain (forward + backward, gradients
+    returned rather than accumulated, RNG and BatchNorm statistics restored) and the fastest
+    is kept: the planner's time model is forward time, which the hardware does not always
+    honour (on CPU a re-run just before its backward finds its activations in cache).
+
+    Raises ``remat.InputError`` (a ValueError) stating the least feasible budget when
+    `memory_budget` is below it."""
+    functions = list(functions)
+    if profile is None:
+        profile = profile_layers(functions, input, exclude=exclude)
+    elif len(profile.layers) != len(functions):
+        raise ValueError(
+            f"profile: has {len(profile.layers)} layers, functions has {len(functions)}"
+        )
+    found = plan_profile(profile, memory_budget, slots=slots)
+    if tune and input is not None and _tensors(input):
+        found = tune_plan(functions, input, found)
+    return found
+
+
+def uniform_regions(layers: int, segments: int) -> list[tuple[int, int, int]]:
+    """The regions of torch.utils.checkpoint.checkpoint_sequential(functions, segments, ...):
+    segments of layers // segments layers, all but the last checkpointed."""
+    size = layers // segments
+    return [(first, first + size - 1, 0) for first in range(0, size * (segments - 1), size)]
+
+
+def tune_plan(
+    functions: Sequence[Callable[[Any], Any]], input: Any, planned: Plan, repeats: int = 3
+) -> Plan:
+    """The fastest, measured on the chain, of the planner's plan and the uniform segmentations
+    whose predicted peak fits the budget."""
+    p = planned.profile
+    layers, overhead = p.core_layers(), p.region_overhead_seconds
+    candidates = {"planner": list(planned.regions)}
+    for segments in range(2, len(layers) + 1):
+        regions = uniform_regions(len(layers), segments)
+        peak, _ = _core.eager_evaluate(p.input_bytes, layers, overhead, regions)
+        if peak <= planned.memory_budget and regions not in candidates.values():
+            candidates[f"{segments} segments"] = regions
+    if len(candidates) == 1:
+        return planned
+    modules = [m for f in functions for m in _modules_of(f)]
+    parameters = [t for m in modules for t in m.parameters() if t.requires_grad]
+    devices = {t.device for t in _tensors(input)}
+    timings: dict[str, list[float]] = {label: [] for label in candidates}
+    with _PreservedState(modules, devices):
+        for repeat in range(repeats + 1):
+            for label, regions in candidates.items():
+                seconds = _time_step(functions, regions, input, parameters)
+                if repeat:  # the first round warms up
+                    timings[label].append(seconds)
+    median = {label: statistics.median(t) for label, t in timings.items()}
+    choice = min(median, key=median.__getitem__)
+    peak, recompute = _core.eager_evaluate(p.input_bytes, layers, overhead, candidates[choice])
+    return dataclasses.replace(
+        planned,
+        regions=tuple(tuple(r) for r in candidates[choice]),
+        predicted_peak_bytes=peak,
+        predicted_recompute_seconds=recompute,
+        timings=tuple(median.items()),
+        choice=choice,
+    )
+
+
+def _time_step(
+    functions: Sequence[Callable[[Any], Any]],
+    regions: Sequence[tuple[int, int, int]],
+    input: Any,
+    parameters: list[torch.Tensor],
+) -> float:
+    x = _detached(input)
+    inputs = parameters + [t for t in _tensors(x) if t.requires_grad]
+    _synchronize(x)
+    start = time.perf_counter()
+    with torch.enable_grad():
+        outputs = [t for t in _tensors(Execution(functions, regions)(x)) if t.requires_grad]
+        if outputs and inputs:
+            # Returned, not accumulated: the caller's .grad fields stay as they are.
+            torch.autograd.grad(
+                outputs, inputs, [torch.ones_like(t) for t in outputs], allow_unused=True
+            )
+    _synchronize(x)
+    return time.perf_counter() - start
+
+
+def run_plan(functions: Sequence[Callable[[Any], Any]], plan: Plan, input: Any) -> Any:
+    """Runs `functions` on `input` through `plan`'s checkpoint regions."""
+    functions = list(functions)
+    if len(functions) != len(plan.profile.layers):
+        raise ValueError(
+            f"plan: has {len(plan.profile.layers)} layers, functions has {len(functions)}"
+        )
+    return Execution(functions, plan.regions)(input)

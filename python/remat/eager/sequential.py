@@ -1,0 +1,102 @@
+"""checkpoint_sequential with a memory budget, and the plan cache behind it."""
+
+from __future__ import annotations
+
+import weakref
+from collections import OrderedDict
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import nn
+
+from ..units import parse_bytes
+from .planning import Plan, plan, run_plan
+from .profile import Profile
+
+
+def _signature(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.dtype, str(value.device), value.requires_grad)
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__,) + tuple(_signature(v) for v in value)
+    if isinstance(value, dict):
+        return ("dict",) + tuple((k, _signature(v)) for k, v in sorted(value.items()))
+    try:
+        hash(value)
+        return ("value", value)
+    except TypeError:
+        return ("object", id(value))
+
+
+class _PlanCache:
+    """Plans by (the functions, the input's shapes and dtypes, the budget). An entry holds weak
+    references to the functions, so a recycled id() never returns a stale plan."""
+
+    def __init__(self, capacity: int = 64) -> None:
+        self._entries: OrderedDict[Any, tuple[list[Any], Plan]] = OrderedDict()
+        self._capacity = capacity
+
+    @staticmethod
+    def _refs(functions: Sequence[Any]) -> list[Any]:
+        refs = []
+        for f in functions:
+            try:
+                refs.append(weakref.ref(f))
+            except TypeError:
+                refs.append(lambda f=f: f)  # not weak-referenceable: held (and so stays valid)
+        return refs
+
+    def get(self, key: Any, functions: Sequence[Any]) -> Plan | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        refs, found = entry
+        if any(ref() is not f for ref, f in zip(refs, functions)):
+            del self._entries[key]
+            return None
+        self._entries.move_to_end(key)
+        return found
+
+    def put(self, key: Any, functions: Sequence[Any], value: Plan) -> None:
+        self._entries[key] = (self._refs(functions), value)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self._capacity:
+            self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+_plans = _PlanCache()
+
+
+def checkpoint_sequential(
+    functions: Sequence[Callable[[Any], Any]] | nn.Sequential,
+    input: Any,
+    *,
+    memory_budget: int | float | str,
+    profile: Profile | None = None,
+    slots: int | None = None,
+    tune: bool = True,
+) -> Any:
+    """torch.utils.checkpoint.checkpoint_sequential with a memory budget instead of a segment
+    count: the least-recompute nested checkpoint plan whose saved-for-backward bytes fit.
+
+    The first call for a given set of functions, input shape and dtype, and budget measures the
+    layers (see :func:`profile_layers`) and plans; later calls reuse the plan. Pass the same
+    function objects each step (a new lambda each call is profiled each call). With grad
+    disabled the layers simply run."""
+    functions = list(functions)
+    if not torch.is_grad_enabled():
+        for function in functions:
+            input = function(input)
+        return input
+    budget = parse_bytes(memory_budget)
+    key = (tuple(id(f) for f in functions), _signature(input), budget, slots, id(profile), tune)
+    found = _plans.get(key, functions)
+    if found is None:
+        found = plan(
+            functions, input, memory_budget=budget, profile=profile, slots=slots, tune=tune
+        )
+        _plans.put(key, functions, found)
+    return run_plan(functions, found, input)
