@@ -72,4 +72,7 @@ Plan minimum_memory_plan(const Profile& profile);
 Plan plan(const Profile& profile, std::int64_t budget_bytes, std::int64_t slots,
           std::size_t max_planner_bytes);
 
+// Slots that keep the program's n^3 / 6 x slots steps near 3 x 10^8 (about 0.1 s), 64 to 4096.
+std::int64_t default_slots(std::size_t layers);
+
 }  // namespace remat::eager

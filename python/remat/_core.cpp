@@ -175,7 +175,7 @@ nb::dict eager_plan(std::int64_t input_bytes, const std::vector<EagerLayer>& lay
   {
     nb::gil_scoped_release release;
     plan = remat::eager::plan(
-        profile, budget, slots,
+        profile, budget, slots != 0 ? slots : remat::eager::default_slots(profile.layers.size()),
         max_planner_bytes ? max_planner_bytes : remat::default_max_planner_bytes());
   }
   return eager_plan_dict(plan);

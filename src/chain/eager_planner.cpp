@@ -390,6 +390,11 @@ Plan minimum_memory_plan(const Profile& profile) {
   return out;
 }
 
+std::int64_t default_slots(std::size_t layers) {
+  const double n = static_cast<double>(layers);
+  return static_cast<std::int64_t>(std::clamp(3e8 / std::max(1.0, n * n * n / 6), 64.0, 4096.0));
+}
+
 Plan plan(const Profile& profile, std::int64_t budget_bytes, std::int64_t slots,
           std::size_t max_planner_bytes) {
   validate(profile);

@@ -25,22 +25,17 @@ struct EagerOptions {
   std::size_t max_planner_bytes = 0;
 };
 
-// As remat.eager._default_slots: the program's n^3 / 6 x slots steps stay near 3 x 10^8.
-std::int64_t default_slots(std::size_t layers) {
-  const double n = static_cast<double>(layers);
-  return static_cast<std::int64_t>(std::clamp(3e8 / std::max(1.0, n * n * n / 6), 64.0, 4096.0));
-}
-
 void run(const EagerOptions& o) {
   const eager::Profile profile = io::read_eager_profile(read_input(o.profile));
   if (o.slots && *o.slots < 1) throw InputError("slots", std::nullopt, "must be >= 1");
   if (o.budget && *o.budget < 0) throw InputError("budget", std::nullopt, "must be >= 0");
   const auto start = std::chrono::steady_clock::now();
   const eager::Plan plan =
-      o.budget ? eager::plan(
-                     profile, *o.budget, o.slots ? *o.slots : default_slots(profile.layers.size()),
-                     o.max_planner_bytes ? o.max_planner_bytes : default_max_planner_bytes())
-               : eager::minimum_memory_plan(profile);
+      o.budget
+          ? eager::plan(profile, *o.budget,
+                        o.slots ? *o.slots : eager::default_slots(profile.layers.size()),
+                        o.max_planner_bytes ? o.max_planner_bytes : default_max_planner_bytes())
+          : eager::minimum_memory_plan(profile);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   json regions = json::array();

@@ -90,11 +90,6 @@ class Plan:
         return self.table()
 
 
-def _default_slots(layers: int) -> int:
-    # The program costs n^3 / 6 x slots steps; keep it near 0.1 s on one core.
-    return int(min(4096, max(64, 3e8 / max(1.0, layers**3 / 6))))
-
-
 def plan_profile(
     profile: Profile, memory_budget: int | float | str, *, slots: int | None = None
 ) -> Plan:
@@ -105,7 +100,12 @@ def plan_profile(
         raise ValueError("functions: the chain has no layers")
     overhead = profile.region_overhead_seconds
     result = _core.eager_plan(
-        profile.input_bytes, layers, overhead, budget, slots or _default_slots(len(layers)), 0
+        profile.input_bytes,
+        layers,
+        overhead,
+        budget,
+        0 if slots is None else slots,
+        0,  # 0: default
     )
     no_checkpoint, _ = _core.eager_evaluate(profile.input_bytes, layers, overhead, [])
     return Plan(
