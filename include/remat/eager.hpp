@@ -50,7 +50,8 @@ struct Plan {
   std::vector<Region> regions;      // pre-order: by first layer, outer regions before inner ones
   Evaluation evaluation;            // of `regions`, in true bytes and times
   std::int64_t minimum_budget = 0;  // the least peak any plan reaches
-  std::int64_t unit_bytes = 0;      // the memory discretization the search used
+  std::int64_t no_checkpoint_bytes = 0;  // the peak with no region at all
+  std::int64_t unit_bytes = 0;           // the memory discretization the search used
 };
 
 // Throws InputError naming the field and index (negative bytes, non-finite or negative time).

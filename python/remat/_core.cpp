@@ -163,6 +163,7 @@ nb::dict eager_plan_dict(const remat::eager::Plan& plan) {
   out["peak_bytes"] = plan.evaluation.peak_bytes;
   out["recompute_time"] = plan.evaluation.recompute_time;
   out["minimum_budget"] = plan.minimum_budget;
+  out["no_checkpoint_bytes"] = plan.no_checkpoint_bytes;
   out["unit_bytes"] = plan.unit_bytes;
   return out;
 }

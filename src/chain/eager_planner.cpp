@@ -385,6 +385,7 @@ Plan minimum_memory_plan(const Profile& profile) {
   const PeakProgram program(profile);
   Plan out = program.plan();
   out.minimum_budget = program.minimum();
+  out.no_checkpoint_bytes = evaluate(profile, {}).peak_bytes;
   out.unit_bytes = 1;
   out.evaluation = evaluate(profile, out.regions);
   return out;
@@ -407,7 +408,8 @@ Plan plan(const Profile& profile, std::int64_t budget_bytes, std::int64_t slots,
   }
   Plan out;
   out.minimum_budget = least.minimum_budget;
-  out.evaluation = evaluate(profile, {});
+  out.no_checkpoint_bytes = least.no_checkpoint_bytes;
+  out.evaluation = {least.no_checkpoint_bytes, 0.0};  // no region: nothing re-runs
   out.unit_bytes = 1;
   if (out.evaluation.peak_bytes <= budget_bytes) return out;  // everything fits, whatever units
   const std::int64_t unit =

@@ -46,7 +46,7 @@ void run(const EagerOptions& o) {
   }
   json out{{"layers", profile.layers.size()},
            {"minimum_budget", plan.minimum_budget},
-           {"no_checkpoint_bytes", eager::evaluate(profile, {}).peak_bytes},
+           {"no_checkpoint_bytes", plan.no_checkpoint_bytes},
            {"peak_bytes", plan.evaluation.peak_bytes},
            {"recompute_time", plan.evaluation.recompute_time},
            {"regions", regions},

@@ -159,10 +159,12 @@ TEST(EagerPlanner, CoarseUnitsStillFitTheTrueBudget) {
       p.layers.push_back({bytes(rng), bytes(rng), i % 3 == 0, time(rng)});
     const std::int64_t least = minimum_memory_plan(p).minimum_budget;
     const std::int64_t all = evaluate(p, {}).peak_bytes;
+    EXPECT_EQ(minimum_memory_plan(p).no_checkpoint_bytes, all);
     for (double f : {0.0, 0.1, 0.5, 1.0}) {
       const auto budget = least + static_cast<std::int64_t>(f * static_cast<double>(all - least));
       const Plan found = plan(p, budget, 16, kPlannerCap);
       EXPECT_LE(found.evaluation.peak_bytes, budget) << trial;
+      EXPECT_EQ(found.no_checkpoint_bytes, all);
       if (f == 1.0) {
         EXPECT_EQ(found.evaluation.recompute_time, 0);  // everything fits: no checkpoint at all
       }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import types
 from typing import Any, Callable, Sequence
@@ -116,11 +115,6 @@ class AutoCheckpoint:
         found = self.plans.get(key)
         if found is None:
             profile = profile_layers(functions, x, exclude=[self.model])
-            named = (
-                dataclasses.replace(l, name=type(b).__name__)
-                for l, b in zip(profile.layers, self.blocks)
-            )
-            profile = dataclasses.replace(profile, layers=tuple(named))
             found = plan_profile(profile, self.memory_budget, slots=self.slots)
             if self.tune:
                 found = tune_plan(functions, x, found)

@@ -107,14 +107,13 @@ def plan_profile(
         0 if slots is None else slots,
         0,  # 0: default
     )
-    no_checkpoint, _ = _core.eager_evaluate(profile.input_bytes, layers, overhead, [])
     return Plan(
         regions=tuple(tuple(r) for r in result["regions"]),
         memory_budget=budget,
         predicted_peak_bytes=result["peak_bytes"],
         predicted_recompute_seconds=result["recompute_time"],
         minimum_budget_bytes=result["minimum_budget"],
-        no_checkpoint_bytes=no_checkpoint,
+        no_checkpoint_bytes=result["no_checkpoint_bytes"],
         profile=profile,
     )
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
-from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..saved_memory import excluded_storages, is_persistent, storage_key
@@ -89,10 +88,13 @@ class Profile:
 
 
 def _name(function: Callable[..., Any]) -> str:
+    """The layer's name in a plan's table: its module's class where there is one (also inside
+    a functools.partial, as auto_checkpoint wraps blocks), else the function's name."""
+    modules = _modules_of(function)
+    if modules:
+        return type(modules[0]).__name__
     if isinstance(function, functools.partial):
         return _name(function.func)
-    if isinstance(function, nn.Module):
-        return type(function).__name__
     return getattr(function, "__name__", type(function).__name__)
 
 
