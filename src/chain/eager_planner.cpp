@@ -26,10 +26,10 @@
 #include <limits>
 #include <map>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "common/text.hpp"
 #include "remat/eager.hpp"
 #include "remat/errors.hpp"
 
@@ -273,8 +273,8 @@ std::vector<std::vector<std::size_t>> nest(const std::vector<Region>& regions, s
     const Region& r = regions[i];
     if (r.first < 0 || r.last >= n || r.first > r.last) {
       throw InputError("regions", i,
-                       "layers " + std::to_string(r.first) + ".." + std::to_string(r.last) +
-                           " are not inside the chain of " + std::to_string(n) + " layers");
+                       "layers " + text::integer(r.first) + ".." + text::integer(r.last) +
+                           " are not inside the chain of " + text::integer(n) + " layers");
     }
     while (bounds(open.back()).second < r.first) open.pop_back();
     const auto [first, last] = bounds(open.back());
@@ -345,13 +345,11 @@ class Evaluator {
 };
 
 std::string bytes_text(std::int64_t bytes) {
-  std::ostringstream out;
-  out << bytes << " bytes";
+  std::string out = text::integer(bytes) + " bytes";
   if (bytes >= (1 << 20)) {
-    out.precision(3);
-    out << " (" << static_cast<double>(bytes) / (1 << 20) << " MiB)";
+    out += " (" + text::fixed(static_cast<double>(bytes) / (1 << 20), 2) + " MiB)";
   }
-  return out.str();
+  return out;
 }
 
 }  // namespace
@@ -417,8 +415,8 @@ Plan plan(const Profile& profile, std::int64_t budget_bytes, std::int64_t slots,
   TimeProgram program(profile, unit, budget_bytes);
   if (program.table_bytes() > max_planner_bytes) {
     throw PlannerMemoryError("eager planner: the table needs " +
-                             std::to_string(program.table_bytes()) + " bytes, over the cap of " +
-                             std::to_string(max_planner_bytes) + "; use fewer slots");
+                             text::integer(program.table_bytes()) + " bytes, over the cap of " +
+                             text::integer(max_planner_bytes) + "; use fewer slots");
   }
   program.solve();
   if (!program.feasible()) return least;  // rounding lost the few plans that fit

@@ -25,6 +25,7 @@
 #include <numeric>
 #include <vector>
 
+#include "common/text.hpp"
 #include "remat/chain.hpp"
 #include "remat/errors.hpp"
 
@@ -217,22 +218,22 @@ ProfilePlan plan_profile(const ChainProfile& profile, std::int64_t budget_bytes,
   if (slots < 1) throw InputError("slots", std::nullopt, "must be at least 1");
   ProfileProgram program(profile, budget_bytes, slots);
   if (program.table_bytes() > max_planner_bytes) {
-    throw PlannerMemoryError("the profile planner needs " + std::to_string(program.table_bytes()) +
-                             " bytes for " + std::to_string(profile.layers()) + " layers and " +
-                             std::to_string(program.capacity()) +
-                             " memory units, over the cap of " + std::to_string(max_planner_bytes) +
+    throw PlannerMemoryError("the profile planner needs " + text::integer(program.table_bytes()) +
+                             " bytes for " + text::integer(profile.layers()) + " layers and " +
+                             text::integer(program.capacity()) + " memory units, over the cap of " +
+                             text::integer(max_planner_bytes) +
                              "; use fewer --slots (or raise --max-planner-bytes)");
   }
   program.solve();
   if (!(program.best() < kInf)) {
     const std::int64_t least = program.least_feasible_units();
-    std::string detail = "no schedule fits in " + std::to_string(budget_bytes) + " bytes";
+    std::string detail = "no schedule fits in " + text::integer(budget_bytes) + " bytes";
     if (least < 0) {
       std::int64_t largest = 0;
       for (std::size_t i = 1; i < profile.activation_bytes.size(); ++i) {
         largest = std::max(largest, profile.activation_bytes[i - 1] + profile.activation_bytes[i]);
       }
-      detail += "; every schedule needs at least " + std::to_string(largest) +
+      detail += "; every schedule needs at least " + text::integer(largest) +
                 " bytes (an input and an output of one layer held together)";
     }
     throw InputError("budget", std::nullopt, detail);

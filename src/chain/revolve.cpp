@@ -20,6 +20,7 @@
 #include <limits>
 #include <vector>
 
+#include "common/text.hpp"
 #include "remat/chain.hpp"
 #include "remat/errors.hpp"
 
@@ -120,8 +121,8 @@ std::int64_t optimal_memory(std::int64_t n, std::int64_t recompute) {
 void schedule_optimal(std::int64_t n, std::int64_t memory, const ActionSink& sink) {
   if (!optimal_recompute(n, memory)) {
     throw InputError("memory", std::nullopt,
-                     "no schedule of " + std::to_string(n) + " layers fits in " +
-                         std::to_string(memory) + " activations (the least is 2)");
+                     "no schedule of " + text::integer(n) + " layers fits in " +
+                         text::integer(memory) + " activations (the least is 2)");
   }
   const std::int64_t c = std::min(memory, n);
   const std::vector<std::int64_t> length = segment_lengths(n, c);

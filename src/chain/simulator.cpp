@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/text.hpp"
 #include "remat/chain.hpp"
 #include "remat/errors.hpp"
 
@@ -12,7 +13,7 @@ namespace remat::chain {
 namespace {
 
 std::string describe_failure(std::int64_t step, const std::string& why) {
-  return "step " + std::to_string(step) + ": " + why;
+  return "step " + text::integer(step) + ": " + why;
 }
 
 }  // namespace
@@ -23,13 +24,13 @@ InvalidSchedule::InvalidSchedule(std::int64_t step, const std::string& why)
 std::string to_string(const Action& a) {
   switch (a.kind) {
     case Action::Kind::kForward:
-      return "forward " + std::to_string(a.first) +
-             (a.last != a.first ? ".." + std::to_string(a.last) : "") +
+      return "forward " + text::integer(a.first) +
+             (a.last != a.first ? ".." + text::integer(a.last) : "") +
              (a.keep_input ? "" : " (consuming input)");
     case Action::Kind::kBackward:
-      return "backward " + std::to_string(a.first);
+      return "backward " + text::integer(a.first);
     case Action::Kind::kFree:
-      return "free a_" + std::to_string(a.first);
+      return "free a_" + text::integer(a.first);
   }
   return "?";
 }
@@ -134,8 +135,8 @@ void Simulator::apply(const Action& a) {
   switch (a.kind) {
     case Action::Kind::kForward: {
       if (a.first < 1 || a.last < a.first || a.last > n_) reject("layers out of range");
-      if (!held(a.first - 1)) reject("input a_" + std::to_string(a.first - 1) + " is not held");
-      if (held(a.last)) reject("a_" + std::to_string(a.last) + " is already held");
+      if (!held(a.first - 1)) reject("input a_" + text::integer(a.first - 1) + " is not held");
+      if (held(a.last)) reject("a_" + text::integer(a.last) + " is already held");
       // While the layers run, one working value (the latest a_k, k < n) is held besides the
       // rest; without keep_input it takes the input's place from the first layer on.
       const std::int64_t base = held_count_ - (a.keep_input ? 0 : 1);
@@ -156,12 +157,12 @@ void Simulator::apply(const Action& a) {
     }
     case Action::Kind::kBackward:
       if (a.first < 1 || a.first > n_) reject("layer out of range");
-      if (frontier_ < n_) reject("the first forward pass has not reached a_" + std::to_string(n_));
+      if (frontier_ < n_) reject("the first forward pass has not reached a_" + text::integer(n_));
       if (a.first != next_backward_) {
-        reject("expected backward " + std::to_string(next_backward_) + " next");
+        reject("expected backward " + text::integer(next_backward_) + " next");
       }
       if (!held(a.first - 1))
-        reject("needs a_" + std::to_string(a.first - 1) + ", which is not held");
+        reject("needs a_" + text::integer(a.first - 1) + ", which is not held");
       --next_backward_;
       break;
     case Action::Kind::kFree:
@@ -176,7 +177,7 @@ void Simulator::apply(const Action& a) {
 Simulation Simulator::finish() const {
   if (next_backward_ != 0) {
     throw InvalidSchedule(result_.actions,
-                          "schedule ended before backward " + std::to_string(next_backward_));
+                          "schedule ended before backward " + text::integer(next_backward_));
   }
   return result_;
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/text.hpp"
 #include "remat/errors.hpp"
 #include "remat/generate.hpp"
 
@@ -125,7 +126,7 @@ GeneratedInstance torch_like(const GenerateOptions& o, SplitMix64& rng) {
                                   : size * static_cast<double>(rng.uniform(1, 5));
     instance.input.memory.push_back(size);
     instance.input.runtime.push_back(runtime);
-    instance.names.push_back(std::string(kKinds[kind]) + "_" + std::to_string(i));
+    instance.names.push_back(std::string(kKinds[kind]) + "_" + text::integer(i));
     total += size;
   }
   for (double& m : instance.input.memory) m /= total;

@@ -3,8 +3,8 @@
 
 #include <cmath>
 #include <limits>
-#include <sstream>
 
+#include "common/text.hpp"
 #include "remat/errors.hpp"
 
 namespace remat {
@@ -13,18 +13,19 @@ namespace {
 
 std::string describe(const std::string& field, std::optional<std::size_t> index,
                      const std::string& detail) {
-  std::ostringstream out;
-  out << field;
-  if (index) out << '[' << *index << ']';
-  out << ": " << detail;
-  return out.str();
+  std::string out = field;
+  if (index) {
+    out += '[';
+    out += text::integer(*index);
+    out += ']';
+  }
+  out += ": ";
+  out += detail;
+  return out;
 }
 
 std::string number_text(double x) {
-  std::ostringstream out;
-  out.precision(17);
-  out << x;
-  return out.str();
+  return text::number(x);
 }
 
 // 2^63 is the first double that does not fit in int64.
@@ -64,13 +65,13 @@ KnapsackProblem quantize(const KnapsackInput& input) {
   }
   if (input.memory.size() > kMaxItems) {
     throw InputError("memory", std::nullopt,
-                     "has " + std::to_string(input.memory.size()) + " entries; at most " +
-                         std::to_string(kMaxItems) + " are supported");
+                     "has " + text::integer(input.memory.size()) + " entries; at most " +
+                         text::integer(kMaxItems) + " are supported");
   }
   if (input.runtime.size() != input.memory.size()) {
     throw InputError("runtime", std::nullopt,
-                     "has " + std::to_string(input.runtime.size()) + " entries but memory has " +
-                         std::to_string(input.memory.size()));
+                     "has " + text::integer(input.runtime.size()) + " entries but memory has " +
+                         text::integer(input.memory.size()));
   }
   KnapsackProblem problem;
   problem.scale = input.scale;

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <string>
 
+#include "common/text.hpp"
 #include "remat/errors.hpp"
 
 namespace remat::detail {
@@ -29,9 +30,9 @@ ReducedProblem reduce(const KnapsackProblem& problem) {
 
 void PlannerMemory::reserve(std::size_t bytes) {
   if (bytes > cap_ || current_ > cap_ - bytes) {
-    throw PlannerMemoryError(solver_name_ + " needs more than " + std::to_string(cap_) +
-                             " bytes of planner memory (had " + std::to_string(current_) +
-                             ", asked " + std::to_string(bytes) + ")");
+    throw PlannerMemoryError(solver_name_ + " needs more than " + text::integer(cap_) +
+                             " bytes of planner memory (had " + text::integer(current_) +
+                             ", asked " + text::integer(bytes) + ")");
   }
   current_ += bytes;
   peak_ = std::max(peak_, current_);

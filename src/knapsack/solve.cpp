@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/text.hpp"
 #include "knapsack/reduced_problem.hpp"
 #include "remat/errors.hpp"
 #include "remat/knapsack.hpp"
@@ -86,7 +87,7 @@ detail::ReducedSolution dispatch(const detail::ReducedProblem& reduced, const So
 }
 
 std::string bytes_text(std::size_t bytes) {
-  return std::to_string(bytes) + " bytes";
+  return text::integer(bytes) + " bytes";
 }
 
 // A table solver's need is known up front; refuse it before anything is allocated, and say
@@ -116,10 +117,10 @@ void check_table_solver_time(const detail::ReducedProblem& reduced, const SolveO
                        (options.solver == Solver::kSlidingHirschberg ? 2.0 : 1.0);
   const double seconds = cells / kTableCellsPerSecond;
   if (seconds > *options.time_limit_seconds) {
-    throw WorkLimitError(to_string(options.solver) + " needs about " + std::to_string(seconds) +
-                         " s for " + std::to_string(static_cast<long long>(cells)) +
+    throw WorkLimitError(to_string(options.solver) + " needs about " + text::fixed(seconds, 3) +
+                         " s for " + text::integer(static_cast<long long>(cells)) +
                          " table cells, over the time limit of " +
-                         std::to_string(*options.time_limit_seconds) + " s; use --solver exact");
+                         text::number(*options.time_limit_seconds) + " s; use --solver exact");
   }
 }
 

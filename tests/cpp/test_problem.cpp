@@ -59,7 +59,7 @@ TEST(Quantize, RejectsBadInputNamingFieldAndIndex) {
   expect_error({{1}, {1}, 1, nan}, "scale: must be a positive finite number, got nan");
   expect_error(
       {{1e300}, {1}, 1, 10000},
-      "memory[0]: 1.0000000000000001e+300 times scale 10000 does not fit in a 64-bit integer");
+      "memory[0]: 1e+300 times scale 10000 does not fit in a 64-bit integer");
   expect_error({{9e14, 9e14}, {1, 1}, 1, 10000},
                "memory[1]: the sum of quantized memory overflows a 64-bit integer");
 }

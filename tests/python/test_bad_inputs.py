@@ -25,7 +25,7 @@ EXPECTED = {
     "exponent_overflow.json": "input: malformed JSON: number overflow parsing '1e999'",
     "negative_memory.json": "memory[1]: is negative (-2)",
     "negative_budget.json": "max_memory: is negative (-2)",
-    "overflow_after_scaling.json": "memory[1]: 1.0000000000000001e+300 times scale 10000 does not fit",
+    "overflow_after_scaling.json": "memory[1]: 1e+300 times scale 10000 does not fit",
     "weight_sum_overflow.json": "memory[1]: the sum of quantized memory overflows a 64-bit integer",
     "mismatched_lengths.json": "runtime: has 2 entries but memory has 3",
     "empty.json": "input: malformed JSON",
