@@ -176,6 +176,7 @@ MODELS = {"mlp": make_mlp, "gpt": make_gpt, "resnet": make_resnet}
 def loss(output: torch.Tensor) -> torch.Tensor:
     """A training loss: cross-entropy against fixed targets for logits, else the mean square."""
     if output.dim() == 3:  # GPT logits (batch, seq, vocab)
-        targets = torch.arange(output.shape[0] * output.shape[1]) % output.shape[2]
+        targets = torch.arange(output.shape[0] * output.shape[1], device=output.device)
+        targets = targets % output.shape[2]
         return F.cross_entropy(output.flatten(0, 1), targets)
     return output.float().pow(2).mean()

@@ -9,9 +9,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="session")
 def remat_bin() -> pathlib.Path:
-    path = pathlib.Path(os.environ.get("REMAT_BIN", ROOT / "build" / "remat"))
+    # ./dev test names the binary, so a missing one fails there; a run of the Python suite
+    # alone (an installed package, a machine without the CLI's dependencies) skips these tests.
+    named = os.environ.get("REMAT_BIN")
+    path = pathlib.Path(named or ROOT / "build" / "remat")
     if not path.exists():
-        pytest.fail(f"remat binary not found at {path}; build it first (see README)")
+        if named:
+            pytest.fail(f"remat binary not found at {path}; build it first (see README)")
+        pytest.skip(f"no remat binary at {path} (set REMAT_BIN or run ./dev build)")
     return path
 
 
