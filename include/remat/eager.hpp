@@ -30,6 +30,10 @@ struct Profile {
   // state, builds a frame, runs hooks); it makes the planner prefer fewer, longer regions
   // when layers are cheap.
   double region_overhead = 0;
+  // The most layers one region may span; 0: any. 1 is per-layer checkpointing, for layers that
+  // are not proven to form a chain (auto_checkpoint wraps each block of an arbitrary model on its
+  // own, with the model's own code between blocks, so a region cannot span two of them).
+  std::int64_t max_region_layers = 0;
 };
 
 // A checkpoint region: layers first..last (0-based, inclusive) at a nesting depth (0: outermost).
@@ -58,8 +62,8 @@ struct Plan {
 void validate(const Profile& profile);
 
 // Peak bytes and recompute time of a set of regions. Regions must nest (laminar), lie inside
-// the chain, and not repeat a parent's layers exactly (or cover the whole chain); otherwise
-// InputError("regions", index).
+// the chain, not repeat a parent's layers exactly (or cover the whole chain), and span at most
+// max_region_layers layers; otherwise InputError("regions", index).
 Evaluation evaluate(const Profile& profile, const std::vector<Region>& regions);
 
 // The least peak over all plans, and a plan that reaches it. O(n^3) time, O(n^2) memory.

@@ -145,10 +145,11 @@ using RegionTuple = std::tuple<std::int64_t, std::int64_t, std::int64_t>;
 
 remat::eager::Profile make_eager_profile(std::int64_t input_bytes,
                                          const std::vector<EagerLayer>& layers,
-                                         double region_overhead) {
+                                         double region_overhead, std::int64_t max_region_layers) {
   remat::eager::Profile profile;
   profile.input_bytes = input_bytes;
   profile.region_overhead = region_overhead;
+  profile.max_region_layers = max_region_layers;
   for (const auto& [saved, output, saves_output, time] : layers) {
     profile.layers.push_back({saved, output, saves_output, time});
   }
@@ -169,9 +170,9 @@ nb::dict eager_plan_dict(const remat::eager::Plan& plan) {
 }
 
 nb::dict eager_plan(std::int64_t input_bytes, const std::vector<EagerLayer>& layers,
-                    double region_overhead, std::int64_t budget, std::int64_t slots,
-                    std::size_t max_planner_bytes) {
-  const auto profile = make_eager_profile(input_bytes, layers, region_overhead);
+                    double region_overhead, std::int64_t max_region_layers, std::int64_t budget,
+                    std::int64_t slots, std::size_t max_planner_bytes) {
+  const auto profile = make_eager_profile(input_bytes, layers, region_overhead, max_region_layers);
   remat::eager::Plan plan;
   {
     nb::gil_scoped_release release;
@@ -183,19 +184,20 @@ nb::dict eager_plan(std::int64_t input_bytes, const std::vector<EagerLayer>& lay
 }
 
 nb::dict eager_minimum(std::int64_t input_bytes, const std::vector<EagerLayer>& layers,
-                       double region_overhead) {
-  return eager_plan_dict(
-      remat::eager::minimum_memory_plan(make_eager_profile(input_bytes, layers, region_overhead)));
+                       double region_overhead, std::int64_t max_region_layers) {
+  return eager_plan_dict(remat::eager::minimum_memory_plan(
+      make_eager_profile(input_bytes, layers, region_overhead, max_region_layers)));
 }
 
 std::tuple<std::int64_t, double> eager_evaluate(std::int64_t input_bytes,
                                                 const std::vector<EagerLayer>& layers,
                                                 double region_overhead,
+                                                std::int64_t max_region_layers,
                                                 const std::vector<RegionTuple>& regions) {
   std::vector<remat::eager::Region> parsed;
   for (const auto& [first, last, depth] : regions) parsed.push_back({first, last, depth});
-  const auto e =
-      remat::eager::evaluate(make_eager_profile(input_bytes, layers, region_overhead), parsed);
+  const auto e = remat::eager::evaluate(
+      make_eager_profile(input_bytes, layers, region_overhead, max_region_layers), parsed);
   return {e.peak_bytes, e.recompute_time};
 }
 
@@ -222,10 +224,11 @@ NB_MODULE(_core, m) {
         "budget"_a, "slots"_a, "max_planner_bytes"_a);
   m.def("simulate_profile", &simulate_profile, "input_bytes"_a, "activation_bytes"_a,
         "forward_time"_a, "strategy"_a, "parameter"_a);
-  m.def("eager_plan", &eager_plan, "input_bytes"_a, "layers"_a, "region_overhead"_a, "budget"_a,
-        "slots"_a, "max_planner_bytes"_a);
-  m.def("eager_minimum", &eager_minimum, "input_bytes"_a, "layers"_a, "region_overhead"_a);
+  m.def("eager_plan", &eager_plan, "input_bytes"_a, "layers"_a, "region_overhead"_a,
+        "max_region_layers"_a, "budget"_a, "slots"_a, "max_planner_bytes"_a);
+  m.def("eager_minimum", &eager_minimum, "input_bytes"_a, "layers"_a, "region_overhead"_a,
+        "max_region_layers"_a);
   m.def("eager_evaluate", &eager_evaluate, "input_bytes"_a, "layers"_a, "region_overhead"_a,
-        "regions"_a);
+        "max_region_layers"_a, "regions"_a);
   m.def("optimal_chain_recompute", &remat::chain::optimal_recompute, "layers"_a, "memory"_a);
 }

@@ -59,7 +59,9 @@ class RematKnapsackSolver(CustomKnapsackSolver):
 
     def __init__(self, solver: str = "exact", *, time_limit: float | None = None) -> None:
         if solver not in SOLVERS:
-            raise ValueError(f"solver: unknown solver '{solver}' (expected one of {', '.join(SOLVERS)})")
+            raise ValueError(
+                f"solver: unknown solver '{solver}' (expected one of {', '.join(SOLVERS)})"
+            )
         self.solver = solver
         self.time_limit = time_limit
         self.last_result: Result | None = None
@@ -104,8 +106,11 @@ from .eager import (  # noqa: E402  (eager checkpointing lives in its own module
     LayerProfile,
     Plan,
     Profile,
+    Measurement,
     auto_checkpoint,
     checkpoint_sequential,
+    find_blocks,
+    measure,
     plan,
     profile_layers,
 )
@@ -114,12 +119,15 @@ from .saved_memory import SavedTensorMeter  # noqa: E402
 __all__ = [
     "AutoCheckpoint",
     "LayerProfile",
+    "Measurement",
     "Plan",
     "Profile",
     "RematKnapsackSolver",
     "SavedTensorMeter",
     "auto_checkpoint",
     "checkpoint_sequential",
+    "find_blocks",
+    "measure",
     "node_runtimes",
     "plan",
     "profile_layers",

@@ -55,3 +55,11 @@ def format_bytes(count: float) -> str:
         if abs(count) >= size:
             return f"{count / size:.3g} {unit}"
     return f"{int(count)} B"
+
+
+def format_seconds(seconds: float) -> str:
+    """0.00492 -> '4.92 ms': three significant digits in s, ms or us."""
+    for unit, size in (("s", 1.0), ("ms", 1e-3)):
+        if abs(seconds) >= size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{seconds * 1e6:.3g} us"

@@ -18,6 +18,9 @@
 //
 // A region's cost T(s..d) is its layers' forward time plus a fixed overhead per region.
 //
+// With max_region_layers = L, only regions of at most L layers are candidates (d < s + L), in the
+// peak and the time programs alike, and evaluate() rejects longer ones.
+//
 // Memory is counted in units u = ceil(budget / slots), every size rounded up, so every plan found
 // fits the true budget. Time O(n^3 C / 6) for C = budget / u, memory n (n + 1) / 2 rows of C + 1
 // doubles, accounted before the allocation; plans are rebuilt by re-evaluating the minimizations.
@@ -58,6 +61,7 @@ class Chain {
     }
     input_ = round_up(profile.input_bytes, unit);
     overhead_ = profile.region_overhead;
+    max_region_layers_ = profile.max_region_layers;
   }
 
   std::int64_t layers() const { return n_; }
@@ -68,6 +72,12 @@ class Chain {
     return j < t ? inner_[at(j)] : last_[at(j)];
   }
   std::int64_t boundary(std::int64_t j) const { return boundary_[at(j)]; }
+  // The last layer a region starting at s may end on, inside a segment ending at t (a region
+  // never covers its whole segment).
+  std::int64_t last_region_end(std::int64_t s, std::int64_t t) const {
+    return max_region_layers_ > 0 ? std::min(t - 1, s + max_region_layers_ - 1) : t - 1;
+  }
+  std::int64_t max_region_layers() const { return max_region_layers_; }
   // What region first..last costs besides its nested regions: its re-run and its overhead.
   double region_cost(std::int64_t first, std::int64_t last) const {
     return time_prefix_[at(last) + 1] - time_prefix_[at(first)] + overhead_;
@@ -81,6 +91,7 @@ class Chain {
   std::int64_t n_;
   std::int64_t input_ = 0;
   double overhead_ = 0;
+  std::int64_t max_region_layers_ = 0;
   std::vector<std::int64_t> boundary_, inner_, last_;
   std::vector<double> time_prefix_;
 };
@@ -132,7 +143,7 @@ class PeakProgram {
   std::int64_t best_choice(std::int64_t s, std::int64_t t) const {
     std::int64_t best = -1;
     auto best_value = candidate(s, t, -1);
-    for (std::int64_t d = s; d < t; ++d) {
+    for (std::int64_t d = s; d <= chain_.last_region_end(s, t); ++d) {
       const auto value = candidate(s, t, d);
       if (value < best_value) best_value = value, best = d;
     }
@@ -205,7 +216,7 @@ class TimeProgram {
     }
     const double* rest = cost(s + 1, t);
     for (std::int64_t m = kept; m <= capacity_; ++m) row[m] = rest[m - kept];
-    for (std::int64_t d = s; d < t; ++d) {
+    for (std::int64_t d = s; d <= chain_.last_region_end(s, t); ++d) {
       const double* region = cost(s, d);
       const double* after = cost(d + 1, t);
       const double region_time = chain_.region_cost(s, d);
@@ -221,7 +232,7 @@ class TimeProgram {
     const double target = cost(s, t)[m];
     const std::int64_t kept = chain_.kept(s, t);
     if (s == t || (m >= kept && cost(s + 1, t)[m - kept] <= target)) return -1;
-    for (std::int64_t d = s; d < t; ++d) {
+    for (std::int64_t d = s; d <= chain_.last_region_end(s, t); ++d) {
       const std::int64_t boundary = chain_.boundary(d);
       if (m < boundary) continue;
       if (chain_.region_cost(s, d) + cost(s, d)[m] + cost(d + 1, t)[m - boundary] <= target)
@@ -254,7 +265,8 @@ class TimeProgram {
 
 // The regions as a tree: children[i] lists the regions directly inside region i (the last
 // entry, index regions.size(), stands for the whole chain).
-std::vector<std::vector<std::size_t>> nest(const std::vector<Region>& regions, std::int64_t n) {
+std::vector<std::vector<std::size_t>> nest(const std::vector<Region>& regions, std::int64_t n,
+                                           std::int64_t max_region_layers) {
   std::vector<std::size_t> order(regions.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
@@ -276,6 +288,11 @@ std::vector<std::vector<std::size_t>> nest(const std::vector<Region>& regions, s
                        "layers " + text::integer(r.first) + ".." + text::integer(r.last) +
                            " are not inside the chain of " + text::integer(n) + " layers");
     }
+    if (max_region_layers > 0 && r.last - r.first + 1 > max_region_layers) {
+      throw InputError("regions", i,
+                       "spans " + text::integer(r.last - r.first + 1) +
+                           " layers; max_region_layers allows " + text::integer(max_region_layers));
+    }
     while (bounds(open.back()).second < r.first) open.pop_back();
     const auto [first, last] = bounds(open.back());
     if (r.last > last) {
@@ -295,7 +312,9 @@ std::vector<std::vector<std::size_t>> nest(const std::vector<Region>& regions, s
 class Evaluator {
  public:
   Evaluator(const Profile& profile, const std::vector<Region>& regions)
-      : chain_(profile, 1), regions_(regions), children_(nest(regions, chain_.layers())) {}
+      : chain_(profile, 1),
+        regions_(regions),
+        children_(nest(regions, chain_.layers(), chain_.max_region_layers())) {}
 
   Evaluation run() const {
     if (chain_.layers() == 0) return {chain_.input(), 0.0};
@@ -358,6 +377,9 @@ void validate(const Profile& profile) {
   if (profile.input_bytes < 0) throw InputError("input_bytes", std::nullopt, "must be >= 0");
   if (!std::isfinite(profile.region_overhead) || profile.region_overhead < 0) {
     throw InputError("region_overhead", std::nullopt, "must be finite and >= 0");
+  }
+  if (profile.max_region_layers < 0) {
+    throw InputError("max_region_layers", std::nullopt, "must be >= 0 (0: any length)");
   }
   std::int64_t total = profile.input_bytes;
   constexpr std::int64_t kLimit = std::int64_t{1} << 60;

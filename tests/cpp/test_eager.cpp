@@ -147,6 +147,42 @@ TEST(EagerPlanner, EqualsExhaustiveSearch) {
   EXPECT_EQ(compared, 300 * 13);
 }
 
+TEST(EagerPlanner, RegionLengthLimitEqualsExhaustiveSearchOverShortRegions) {
+  std::mt19937_64 rng(11);
+  int compared = 0;
+  for (int trial = 0; trial < 240; ++trial) {
+    const std::int64_t n = 1 + trial % 6;
+    Profile p = random_profile(rng, n);
+    p.region_overhead = trial % 2;
+    p.max_region_layers = 1 + (trial / 6) % 3;  // 1 (per layer), 2 or 3
+    std::vector<Evaluation> plans;
+    for (const auto& regions : every_plan(n)) {
+      bool short_enough = true;
+      for (const Region& r : regions) short_enough &= r.last - r.first < p.max_region_layers;
+      if (short_enough) plans.push_back(evaluate(p, regions));
+    }
+    std::int64_t least = std::numeric_limits<std::int64_t>::max();
+    for (const Evaluation& e : plans) least = std::min(least, e.peak_bytes);
+    ASSERT_EQ(minimum_memory_plan(p).minimum_budget, least) << "trial " << trial;
+    for (std::int64_t budget = least; budget <= least + 10; ++budget) {
+      double best = std::numeric_limits<double>::infinity();
+      for (const Evaluation& e : plans) {
+        if (e.peak_bytes <= budget) best = std::min(best, e.recompute_time);
+      }
+      const Plan found = plan(p, budget, budget, kPlannerCap);
+      for (const Region& r : found.regions) EXPECT_LT(r.last - r.first, p.max_region_layers);
+      EXPECT_DOUBLE_EQ(found.evaluation.recompute_time, best) << "trial " << trial;
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 240 * 11);
+  Profile p = linear_relu_stack(4);
+  p.max_region_layers = 1;
+  EXPECT_THROW(evaluate(p, {{0, 1, 0}}), InputError);
+  p.max_region_layers = -1;
+  EXPECT_THROW(evaluate(p, {}), InputError);
+}
+
 TEST(EagerPlanner, CoarseUnitsStillFitTheTrueBudget) {
   std::mt19937_64 rng(9);
   for (int trial = 0; trial < 200; ++trial) {

@@ -14,19 +14,25 @@ identically.
 """
 
 from .auto import AutoCheckpoint, auto_checkpoint
+from .blocks import Blocks, find_blocks
 from .execution import Execution
+from .measure import Measurement, measure
 from .planning import Plan, plan, plan_profile, run_plan, tune_plan, uniform_regions
 from .profile import LayerProfile, Profile, profile_layers
 from .sequential import checkpoint_sequential
 
 __all__ = [
     "AutoCheckpoint",
+    "Blocks",
     "Execution",
+    "Measurement",
     "LayerProfile",
     "Plan",
     "Profile",
     "auto_checkpoint",
     "checkpoint_sequential",
+    "find_blocks",
+    "measure",
     "plan",
     "plan_profile",
     "profile_layers",

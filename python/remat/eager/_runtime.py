@@ -31,9 +31,18 @@ def _detached(value: Any) -> Any:
     """The same values cut from the graph, each tensor keeping whether it requires grad."""
     if isinstance(value, torch.Tensor):
         return value.detach().requires_grad_(value.requires_grad)
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
+        return type(value)(*(_detached(v) for v in value))
     if isinstance(value, (list, tuple)):
         return type(value)(_detached(v) for v in value)
+    if isinstance(value, dict):
+        return type(value)((k, _detached(v)) for k, v in value.items())
     return value
+
+
+def in_backward() -> bool:
+    """Whether autograd's engine is running (a checkpoint re-run happens there)."""
+    return torch._C._current_graph_task_id() != -1
 
 
 def _synchronize(value: Any) -> None:

@@ -1,147 +1,347 @@
-"""auto_checkpoint: every training step of a model's blocks follows a plan for its input shape."""
+"""auto_checkpoint: every training step of a model follows a checkpoint plan for its inputs.
+
+Each block is wrapped on its own (as torch's checkpoint_wrapper and torchtitan's apply_ac do):
+every call runs that block with exactly the arguments it was given, plainly or as a
+non-reentrant checkpoint region, as the plan says. Outputs of any structure pass through, and
+whatever the model does between blocks is its own business. Regions that span several blocks
+are used only where the blocks provably form a chain: a stock nn.Sequential called as a whole.
+
+A step is one call of the model. The first step for a new input signature measures: each block
+call is measured on its own (one block's activations at a time) and then run as a checkpoint
+region, so that step holds no more than the least-memory per-block plan plus one block's
+activations. At the end of that forward the plan is made; later steps with the same signature
+follow it. A call that does not match the plan (another block, another input signature, more
+calls than planned) is run as a checkpoint region, which is always correct and never holds more
+than the block's inputs, with a warning the first time.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import time
 import types
+import warnings
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
+from ..saved_memory import excluded_storages, is_persistent, storage_key
 from ..units import parse_bytes
-from .execution import Execution
+from ._runtime import _PreservedState, _tensors, in_backward
+from .block_plan import RecordedCall, chain_profile
+from .blocks import Blocks, find_blocks
+from .execution import Execution, _batchnorm_buffers, _RunningStatsKept
 from .planning import Plan, plan_profile, tune_plan
-from .profile import profile_layers
+from .profile import _region_overhead, measure_call, profile_layers
 from .sequential import _signature
 
 
-def _find_blocks(model: nn.Module) -> nn.Module:
-    if isinstance(model, (nn.Sequential, nn.ModuleList)):
-        return model
-    lists = [
-        m for m in model.modules() if isinstance(m, (nn.Sequential, nn.ModuleList)) and len(m) >= 2
-    ]
-    if not lists:
-        raise ValueError(
-            "model: found no nn.Sequential or nn.ModuleList of blocks to checkpoint; pass blocks="
-        )
-    return max(lists, key=len)  # the first of the longest, in module order
+@dataclass
+class _Step:
+    """One call of the model: which plan it follows, and the block calls made so far."""
+
+    key: Any
+    plan: Plan | None  # None: this step measures
+    calls: list[RecordedCall] = field(default_factory=list)
+    position: int = 0
+    off_plan: bool = False
+    # While measuring, the last block's real outputs are held until the next call has read its
+    # inputs, so that no new tensor can take their address (storage keys stay unique).
+    last_outputs: Any = None
+
+
+@dataclass(frozen=True)
+class _BlockPlan:
+    """A per-block plan: the calls it was made for, and which of them are checkpoint regions."""
+
+    plan: Plan
+    calls: tuple[tuple[Any, Any], ...]  # (module, signature) per call, in order
+    checkpointed: frozenset[int]
 
 
 class AutoCheckpoint:
-    """The handle :func:`auto_checkpoint` returns: the plans made so far, and ``remove()``.
+    """The handle :func:`auto_checkpoint` returns.
 
-    Block 0's call runs the whole chain through the plan for its input's shape; the calls of
-    blocks 1..n-1 that follow (the model's own loop) pass that output through. The blocks must
-    be applied in order, each to the previous one's output, with the same extra arguments."""
+    Attributes:
+        blocks: the :class:`Blocks` found or given (``print(handle.blocks)`` says which).
+        memory_budget: the budget in bytes.
+        plans: every plan made so far, by input signature (per-block plans and chain plans).
+        plan: the plan the last step followed (None before the first step).
+        warnings: what went off-plan, in the order it happened.
+
+    ``remove()`` restores the blocks' (and the container's) own forward methods."""
 
     def __init__(
-        self, model: nn.Module, blocks: nn.Module, memory_budget: int, slots: int | None, tune: bool
+        self,
+        model: nn.Module,
+        blocks: Blocks,
+        memory_budget: int,
+        slots: int | None,
+        tune: bool,
     ) -> None:
         self.model = model
-        self.blocks = list(blocks)
-        if len(self.blocks) < 1:
-            raise ValueError("blocks: empty")
+        self.blocks = blocks
         self.memory_budget = memory_budget
         self.slots = slots
         self.tune = tune
         self.plans: dict[Any, Plan] = {}
-        self.last_plan: Plan | None = None
-        self.last_execution: Execution | None = None
-        self._inside = 0
-        self._expect = 0
-        self._output: Any = None
-        self._originals = []
-        for index, block in enumerate(self.blocks):
-            if getattr(block.__dict__.get("forward"), "_remat_auto_checkpoint", False) or any(
-                block is other for other in self.blocks[:index]
-            ):
+        self.plan: Plan | None = None
+        self.warnings: list[str] = []
+        self._block_plans: dict[Any, _BlockPlan] = {}
+        self._names = {id(m): n for m, n in zip(blocks.modules, blocks.names)}
+        self._step: _Step | None = None
+        self._inside = 0  # > 0 while a block (or the chain) runs: blocks inside it run plainly
+        self._region_overhead: float | None = None
+        self._device = torch.device("cpu")  # the blocks' inputs', once seen
+        self._patched: list[tuple[nn.Module, Any]] = []
+        self._hooks: list[Any] = []
+        self._warned: set[str] = set()
+        targets = list(dict.fromkeys(blocks.modules))  # a block listed twice is wrapped once
+        if blocks.chain is not None:
+            targets.append(blocks.chain)
+        for index, module in enumerate(targets):
+            if getattr(module.__dict__.get("forward"), "_remat_auto_checkpoint", False):
                 self.remove()
                 raise ValueError(
                     f"blocks[{index}]: already under auto_checkpoint (call remove() on its "
-                    "handle first) or listed twice"
+                    "handle first)"
                 )
-            self._originals.append(block.__dict__.get("forward"))
-            patched = types.MethodType(self._forward_of(index, block.forward), block)
-            block.forward = patched
+            original = module.__dict__.get("forward")
+            wrapper = self._chain_forward if module is blocks.chain else self._block_forward
+            patched = functools.partial(wrapper, module, module.forward)
+            patched._remat_auto_checkpoint = True  # type: ignore[attr-defined]
+            module.forward = patched
+            self._patched.append((module, original))
+        self._hooks.append(model.register_forward_pre_hook(self._begin_step, with_kwargs=True))
+        self._hooks.append(model.register_forward_hook(self._end_step, always_call=True))
+
+    # --- the handle --------------------------------------------------------------------------
 
     def remove(self) -> None:
-        """Restores the blocks' own forward methods."""
-        for block, original in zip(self.blocks, self._originals):
+        """Restores the blocks' own forward methods and removes the model's hooks."""
+        for module, original in self._patched:
             if original is None:
-                del block.forward
+                del module.forward
             else:
-                block.forward = original
-        self._originals = []
+                module.forward = original
+        for hook in self._hooks:
+            hook.remove()
+        self._patched, self._hooks = [], []
 
-    def _forward_of(self, index: int, original: Callable[..., Any]) -> Callable[..., Any]:
-        def forward(_module: nn.Module, *args: Any, **kwargs: Any) -> Any:
-            if self._inside or not torch.is_grad_enabled():
-                return original(*args, **kwargs)
-            if not args:
-                raise TypeError(
-                    "auto_checkpoint: a block's input must be its first positional argument"
-                )
-            if index == 0:
-                return self._run_chain(args[0], args[1:], kwargs)
-            if self._expect != index or args[0] is not self._output:
-                self._expect, self._output = 0, None
-                raise RuntimeError(
-                    f"auto_checkpoint: block {index} was called out of order or on another "
-                    "tensor; the blocks must be applied in sequence, x = block(x, ...)"
-                )
-            self._expect = index + 1 if index + 1 < len(self.blocks) else 0
-            out = self._output
-            if self._expect == 0:
-                self._output = None
-            return out
+    def __repr__(self) -> str:
+        return (
+            f"AutoCheckpoint({self.blocks}, budget {self.memory_budget} bytes, "
+            f"{len(self.plans)} plans)"
+        )
 
-        forward._remat_auto_checkpoint = True  # type: ignore[attr-defined]
-        return forward
+    def _warn(self, message: str) -> None:
+        self.warnings.append(message)
+        if message not in self._warned:
+            self._warned.add(message)
+            warnings.warn(f"remat.auto_checkpoint: {message}", RuntimeWarning, stacklevel=4)
 
-    def _call_block(
-        self, block: nn.Module, extra: tuple[Any, ...], kwargs: dict[str, Any], h: Any
+    # --- steps -------------------------------------------------------------------------------
+
+    def _active(self) -> bool:
+        return torch.is_grad_enabled() and not in_backward() and self._inside == 0
+
+    def _begin_step(self, _model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]):
+        if not torch.is_grad_enabled() or in_backward() or self._step is not None:
+            return None
+        key = (_signature(args), _signature(kwargs), self.model.training)
+        found = self._block_plans.get(key)
+        self._step = _Step(key, found.plan if found else None)
+        return None
+
+    def _end_step(self, _model: nn.Module, _args: Any, _output: Any) -> None:
+        step, self._step = self._step, None
+        if step is None or not step.calls and step.plan is None:
+            return
+        if step.plan is None:
+            self._plan_step(step)
+        elif step.position != len(self._block_plans[step.key].calls) and not step.off_plan:
+            self._warn(
+                f"the plan expected {len(self._block_plans[step.key].calls)} block calls, the "
+                f"step made {step.position}; the missing ones cost nothing"
+            )
+
+    def _plan_step(self, step: _Step) -> None:
+        step.last_outputs = None
+        if self._region_overhead is None:
+            self._region_overhead = _region_overhead(torch.zeros(1, device=self._device), 0)
+        profile = chain_profile(step.calls, self._region_overhead)
+        made = plan_profile(profile, self.memory_budget, slots=self.slots)
+        checkpointed = frozenset(first for first, _, _ in made.regions)
+        calls = tuple((c.module, c.signature) for c in step.calls)
+        self._block_plans[step.key] = _BlockPlan(made, calls, checkpointed)
+        self.plans[step.key] = made
+        self.plan = made
+
+    # --- one block call ----------------------------------------------------------------------
+
+    def _block_forward(
+        self, module: nn.Module, original: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> Any:
+        step = self._step
+        if step is None or not self._active():
+            return original(*args, **kwargs)
+        signature = (_signature(args), _signature(kwargs))
+        position = step.position
+        step.position += 1
+        if step.plan is None:
+            return self._measure_and_run(step, module, original, signature, args, kwargs)
+        planned = self._block_plans[step.key]
+        expected = planned.calls[position] if position < len(planned.calls) else None
+        if expected is None or expected[0] is not module or expected[1] != signature:
+            step.off_plan = True
+            self._warn(
+                f"block call {position} ({self._names.get(id(module), type(module).__name__)}) "
+                "does not match the plan made for these inputs (another block, other argument "
+                "shapes, or more calls); it runs as its own checkpoint region"
+            )
+            return self._run(module, original, args, kwargs, checkpointed=True)
+        self.plan = step.plan
+        return self._run(
+            module, original, args, kwargs, checkpointed=position in planned.checkpointed
+        )
+
+    def _measure_and_run(
+        self,
+        step: _Step,
+        module: nn.Module,
+        original: Callable[..., Any],
+        signature: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        excluded = excluded_storages([self.model])
+        devices = {t.device for t in _tensors((args, kwargs))}
+        self._inside += 1
+        try:
+            with _PreservedState([module], devices):
+                measured = measure_call(original, args, kwargs, excluded, repeats=1)
+            measured = dataclasses.replace(measured, output=None)  # only its keys are needed
+        finally:
+            self._inside -= 1
+        step.last_outputs = None
+        if devices:
+            self._device = next(iter(devices))
+        out = self._run(module, original, args, kwargs, checkpointed=True)
+        keys = {storage_key(t) for t in _tensors(out) if not is_persistent(t, excluded)}
+        name = self._names.get(id(module), type(module).__name__)
+        step.calls.append(RecordedCall.of(module, name, signature, measured, keys))
+        step.last_outputs = out
+        return out
+
+    def _run(
+        self,
+        module: nn.Module,
+        original: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        checkpointed: bool,
     ) -> Any:
         self._inside += 1
         try:
-            return block(h, *extra, **kwargs)
+            if not checkpointed:
+                return original(*args, **kwargs)
+            statistics = _batchnorm_buffers([module])
+            names = list(kwargs)
+
+            def region(*inputs: Any) -> Any:
+                call_args = inputs[: len(args)]
+                call_kwargs = dict(zip(names, inputs[len(args) :]))
+                if statistics and in_backward():  # a re-run is not a new batch
+                    with _RunningStatsKept(statistics):
+                        return original(*call_args, **call_kwargs)
+                return original(*call_args, **call_kwargs)
+
+            # Keyword arguments travel as positional inputs: torch's checkpoint finds the devices
+            # whose RNG it must preserve (dropout on CUDA) among its positional arguments only,
+            # and its own keywords (debug, context_fn, ...) must not capture a block's.
+            return checkpoint(
+                region, *args, *kwargs.values(), use_reentrant=False, preserve_rng_state=True
+            )
         finally:
             self._inside -= 1
 
-    def _run_chain(self, x: Any, extra: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        functions = [functools.partial(self._call_block, b, extra, kwargs) for b in self.blocks]
-        key = (_signature(x), _signature(extra), _signature(kwargs), self.model.training)
+    # --- a stock nn.Sequential: one chain, nested regions -----------------------------------
+
+    def _chain_forward(self, container: nn.Module, original: Callable[..., Any], input: Any) -> Any:
+        if not self._active() or not _tensors(input):
+            return original(input)
+        functions = [functools.partial(self._plain, block) for block in self.blocks.modules]
+        key = ("chain", _signature(input), self.model.training)
         found = self.plans.get(key)
         if found is None:
-            profile = profile_layers(functions, x, exclude=[self.model])
-            found = plan_profile(profile, self.memory_budget, slots=self.slots)
-            if self.tune:
-                found = tune_plan(functions, x, found)
+            self._inside += 1
+            try:
+                profile = profile_layers(
+                    functions, input, exclude=[self.model], names=list(self.blocks.names)
+                )
+                found = plan_profile(profile, self.memory_budget, slots=self.slots)
+                if self.tune:
+                    found = tune_plan(functions, input, found)
+            finally:
+                self._inside -= 1
             self.plans[key] = found
-        self.last_plan = found
+        self.plan = found
         self.last_execution = Execution(functions, found.regions)
-        out = self.last_execution(x)
-        self._expect = 1 if len(self.blocks) > 1 else 0
-        self._output = out if len(self.blocks) > 1 else None
-        return out
+        return self.last_execution(input)
+
+    def _plain(self, block: nn.Module, h: Any) -> Any:
+        self._inside += 1
+        try:
+            return block(h)
+        finally:
+            self._inside -= 1
 
 
 def auto_checkpoint(
     model: nn.Module,
     *,
     memory_budget: int | float | str,
-    blocks: nn.Module | Sequence[nn.Module] | None = None,
+    blocks: str | nn.Module | Sequence[nn.Module] | None = None,
     slots: int | None = None,
     tune: bool = True,
+    example_inputs: tuple[Any, ...] | None = None,
+    example_kwargs: dict[str, Any] | None = None,
+    verbose: bool = False,
 ) -> AutoCheckpoint:
     """Makes every training step of `model` follow a checkpoint plan for `memory_budget`.
 
-    `blocks` defaults to the model itself when it is an nn.Sequential, else its longest
-    nn.ModuleList (transformer blocks, ResNet stages). The blocks' forward methods are replaced
-    on the instances (parameters, state_dict and hooks are untouched); a new input shape is
-    measured and planned (and tuned, see :func:`plan`) on first sight. ``remove()`` on the
-    returned handle undoes it."""
+    `blocks`: a dotted path ("layers", "model.encoder.layer"), a container, or a list of
+    modules; by default the model's repeated blocks (see :func:`remat.eager.find_blocks`), and
+    ``handle.blocks`` says which were chosen (``verbose=True`` prints it). Each block is wrapped
+    on its own; parameters, state_dict and hooks are untouched; ``remove()`` undoes it.
+
+    With `example_inputs` (and `example_kwargs`), one forward pass is measured now, so a budget
+    below the least feasible one raises ``remat.InputError`` here, stating that least budget;
+    otherwise that happens at the first training step."""
     budget = parse_bytes(memory_budget)
-    chosen = _find_blocks(model) if blocks is None else blocks
-    return AutoCheckpoint(model, chosen, budget, slots, tune)
+    chosen = find_blocks(model, blocks)
+    if verbose:
+        print(f"remat.auto_checkpoint: blocks {chosen.describe()}")
+    handle = AutoCheckpoint(model, chosen, budget, slots, tune)
+    if example_inputs is not None or example_kwargs is not None:
+        try:
+            _measure_forward(model, example_inputs or (), example_kwargs or {})
+        except Exception:
+            handle.remove()
+            raise
+    return handle
+
+
+def _measure_forward(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> float:
+    """One forward pass with grad enabled, whose output is dropped (it measures and plans);
+    model buffers and the RNG are left as they were. Returns its seconds."""
+    devices = {t.device for t in _tensors((args, kwargs))}
+    with _PreservedState([model], devices), torch.enable_grad():
+        start = time.perf_counter()
+        out = model(*args, **kwargs)
+        del out
+    return time.perf_counter() - start

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from .. import _core
-from ..units import format_bytes, parse_bytes
+from ..units import format_bytes, format_seconds, parse_bytes
 from ._runtime import _PreservedState, _detached, _modules_of, _synchronize, _tensors
 from .execution import Execution
 from .profile import Profile, profile_layers
@@ -46,30 +46,56 @@ class Plan:
         """Whether each layer's saved activations are kept from the first forward pass."""
         return [r == 1 for r in self.runs()]
 
+    def held_after_forward(self) -> list[int]:
+        """Bytes each layer holds once the forward pass is done: a plain layer its saved bytes
+        and its output, a region only its output (on its last layer), layers inside a region
+        nothing. With the chain's input they add up to the peak at the end of the forward pass;
+        a re-run in backward can raise the peak above that (never above the prediction)."""
+        layers = self.profile.layers
+        n = len(layers)
+        held = []
+        outer = [(first, last) for first, last, depth in self.regions if depth == 0]
+        for i, layer in enumerate(layers):
+            region = next(((f, l) for f, l in outer if f <= i <= l), None)
+            if region is not None:
+                held.append(layer.output_bytes if i == region[1] and i < n - 1 else 0)
+            elif i < n - 1 or layer.saves_output:
+                held.append(layer.saved_bytes + layer.output_bytes)
+            else:
+                held.append(layer.saved_bytes)
+        return held
+
     def table(self) -> str:
+        """The plan as a table (also ``print(plan)``)."""
         p = self.profile
         forward = p.forward_seconds
         share = self.predicted_recompute_seconds / forward if forward > 0 else 0.0
+        held = self.held_after_forward()
+        at_end = p.input_bytes + sum(held)
+        kind = "one region per layer at most" if p.max_region_layers == 1 else "nested regions"
         lines = [
             f"remat checkpoint plan: {len(p.layers)} layers, budget "
-            f"{format_bytes(self.memory_budget)}",
+            f"{format_bytes(self.memory_budget)} ({kind})",
             f"  predicted peak saved {format_bytes(self.predicted_peak_bytes)} (no checkpoint "
             f"{format_bytes(self.no_checkpoint_bytes)}, least possible "
             f"{format_bytes(self.minimum_budget_bytes)})",
-            f"  predicted recompute {self.predicted_recompute_seconds * 1e3:.3g} ms = "
-            f"{share:.0%} of the forward pass ({forward * 1e3:.3g} ms), with "
-            f"{p.region_overhead_seconds * 1e6:.0f} us per region",
-            f"  {len(self.regions)} checkpoint regions; runs = forward evaluations per step",
+            f"  predicted recompute {format_seconds(self.predicted_recompute_seconds)} = "
+            f"{share:.0%} of the forward pass ({format_seconds(forward)}), with "
+            f"{format_seconds(p.region_overhead_seconds)} per region",
+            f"  {len(self.regions)} checkpoint regions",
         ]
         if self.timings:
-            measured = ", ".join(f"{label} {t * 1e3:.3g} ms" for label, t in self.timings)
+            measured = ", ".join(f"{label} {format_seconds(t)}" for label, t in self.timings)
             lines.append(
                 f"  tuned: chose {self.choice} by measured forward + backward ({measured})"
             )
+        width = max([len(layer.name) for layer in p.layers] + [4])
         lines += [
             "",
-            f"  {'layer':>5}  {'name':<18} {'saved':>10} {'output':>10} {'forward':>10}"
-            "  runs  regions",
+            f"  {'#':>4}  {'name':<{width}}  {'saves':>10} {'output':>10} {'held':>10} "
+            f"{'forward':>9}  runs  regions",
+            f"  {'':>4}  {'(input)':<{width}}  {'':>10} {format_bytes(p.input_bytes):>10} "
+            f"{format_bytes(p.input_bytes):>10}",
         ]
         depth = max((d for _, _, d in self.regions), default=-1) + 1
         for i, (layer, runs) in enumerate(zip(p.layers, self.runs())):
@@ -80,10 +106,21 @@ class Plan:
                         "=" if first == last else "/" if i == first else "\\" if i == last else "|"
                     )
             lines.append(
-                f"  {i:>5}  {layer.name[:18]:<18} {format_bytes(layer.saved_bytes):>10} "
-                f"{format_bytes(layer.output_bytes):>10} {layer.forward_seconds * 1e3:>7.3g} ms"
-                f"  {runs:>4}  {''.join(marks)}"
+                f"  {i:>4}  {layer.name:<{width}}  {format_bytes(layer.saved_bytes):>10} "
+                f"{format_bytes(layer.output_bytes):>10} {format_bytes(held[i]):>10} "
+                f"{format_seconds(layer.forward_seconds):>9}  {runs:>4}  {''.join(marks)}"
             )
+        lines += [
+            f"  {'':>4}  {'total':<{width}}  {'':>10} {'':>10} {format_bytes(at_end):>10} "
+            f"{format_seconds(forward):>9}",
+            "",
+            "  saves: bytes autograd saves inside the layer, besides its input and output; output:",
+            "  the activation passed to the next layer; held: what the layer holds after the",
+            "  forward pass under this plan (the total is the peak then; a re-run in backward",
+            "  may add to it, up to the predicted peak); runs: forward evaluations per step;",
+            "  regions: one column per nesting depth, / first layer, | inside, \\ last layer,",
+            "  = a region of one layer.",
+        ]
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -103,6 +140,7 @@ def plan_profile(
         profile.input_bytes,
         layers,
         overhead,
+        profile.max_region_layers,
         budget,
         0 if slots is None else slots,
         0,  # 0: default
@@ -159,33 +197,51 @@ def uniform_regions(layers: int, segments: int) -> list[tuple[int, int, int]]:
 
 
 def tune_plan(
-    functions: Sequence[Callable[[Any], Any]], input: Any, planned: Plan, repeats: int = 3
+    functions: Sequence[Callable[[Any], Any]],
+    input: Any,
+    planned: Plan,
+    repeats: int = 2,
+    max_candidates: int = 3,
+    max_seconds: float | None = None,
 ) -> Plan:
     """The fastest, measured on the chain, of the planner's plan and the uniform segmentations
-    whose predicted peak fits the budget."""
+    whose predicted peak fits the budget.
+
+    Bounded: nothing is timed when the plan needs no region; at most `max_candidates` plans
+    (the planner's and the fitting segmentations with the least predicted recompute), each
+    timed `repeats` times in rounds, and no new round starts once `max_seconds` have passed
+    (default: the time of 10 forward passes of the chain as profiled)."""
     p = planned.profile
+    if not planned.regions or p.max_region_layers != 0:
+        return planned
     layers, overhead = p.core_layers(), p.region_overhead_seconds
-    candidates = {"planner": list(planned.regions)}
+    fitting = []
     for segments in range(2, len(layers) + 1):
         regions = uniform_regions(len(layers), segments)
-        peak, _ = _core.eager_evaluate(p.input_bytes, layers, overhead, regions)
-        if peak <= planned.memory_budget and regions not in candidates.values():
-            candidates[f"{segments} segments"] = regions
+        peak, recompute = _core.eager_evaluate(p.input_bytes, layers, overhead, 0, regions)
+        if peak <= planned.memory_budget and regions != list(planned.regions):
+            fitting.append((recompute, segments, regions))
+    fitting.sort(key=lambda c: (c[0], c[1]))
+    candidates = {"planner": list(planned.regions)}
+    for _, segments, regions in fitting[: max(0, max_candidates - 1)]:
+        candidates[f"{segments} segments"] = regions
     if len(candidates) == 1:
         return planned
+    limit = 10 * p.forward_seconds if max_seconds is None else max_seconds
     modules = [m for f in functions for m in _modules_of(f)]
     parameters = [t for m in modules for t in m.parameters() if t.requires_grad]
     devices = {t.device for t in _tensors(input)}
     timings: dict[str, list[float]] = {label: [] for label in candidates}
+    start = time.perf_counter()
     with _PreservedState(modules, devices):
-        for repeat in range(repeats + 1):
+        for _ in range(repeats):
             for label, regions in candidates.items():
-                seconds = _time_step(functions, regions, input, parameters)
-                if repeat:  # the first round warms up
-                    timings[label].append(seconds)
+                timings[label].append(_time_step(functions, regions, input, parameters))
+            if time.perf_counter() - start > limit:
+                break
     median = {label: statistics.median(t) for label, t in timings.items()}
     choice = min(median, key=median.__getitem__)
-    peak, recompute = _core.eager_evaluate(p.input_bytes, layers, overhead, candidates[choice])
+    peak, recompute = _core.eager_evaluate(p.input_bytes, layers, overhead, 0, candidates[choice])
     return dataclasses.replace(
         planned,
         regions=tuple(tuple(r) for r in candidates[choice]),

@@ -41,6 +41,9 @@ class Profile:
     input_bytes: int
     layers: tuple[LayerProfile, ...]
     region_overhead_seconds: float = 0.0  # what one checkpoint region costs besides its re-run
+    # The most layers one region may span (0: any). 1 for blocks that are not proven to form a
+    # chain: auto_checkpoint on a model whose own code runs between its blocks.
+    max_region_layers: int = 0
 
     def core_layers(self) -> list[tuple[int, int, bool, float]]:
         return [
@@ -57,6 +60,7 @@ class Profile:
             {
                 "input_bytes": self.input_bytes,
                 "region_overhead": self.region_overhead_seconds,
+                "max_region_layers": self.max_region_layers,
                 "layers": [
                     {
                         "name": l.name,
@@ -84,7 +88,82 @@ class Profile:
             )
             for i, l in enumerate(data["layers"])
         )
-        return cls(int(data["input_bytes"]), layers, float(data.get("region_overhead", 0.0)))
+        return cls(
+            int(data["input_bytes"]),
+            layers,
+            float(data.get("region_overhead", 0.0)),
+            int(data.get("max_region_layers", 0)),
+        )
+
+
+class _NotKept:
+    """What measuring stores in place of a saved tensor. Keeping the tensor itself would make a
+    cycle (an output saved by its own grad_fn) that is never freed: measuring leaked one layer's
+    activations per layer that way. Measured graphs are never back-propagated."""
+
+    __slots__ = ()
+
+
+def _never_unpacked(_: Any) -> torch.Tensor:
+    raise RuntimeError("remat: a graph built while measuring was back-propagated")
+
+
+@dataclass(frozen=True)
+class CallMeasurement:
+    """One call of a layer, measured: storages of its tensor inputs, of what autograd saved inside
+    it and of its outputs (activations only), and its forward time with autograd recording."""
+
+    input_keys: frozenset[tuple[str, int, int]]
+    saved_keys: frozenset[tuple[str, int, int]]
+    output_keys: frozenset[tuple[str, int, int]]
+    forward_seconds: float
+    output: Any  # the outputs, detached
+
+
+def measure_call(
+    function: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    excluded: set[tuple[str, int, int]],
+    repeats: int = 1,
+) -> CallMeasurement:
+    """Runs `function(*args, **kwargs)` on detached copies of its inputs: once recording which
+    storages autograd saves (timed too), then `repeats` more times, timed. The forward time is
+    the least of the runs. Holds one call's activations at a time."""
+    args, kwargs = _detached(args), _detached(kwargs)
+    saved: set[tuple[str, int, int]] = set()
+    # Saved tensors stay alive until the forward is done, as they would for backward: freed
+    # earlier, their memory would be reused and two of them could share one storage key.
+    alive: list[torch.Tensor] = []
+
+    def pack(tensor: torch.Tensor) -> Any:
+        if not is_persistent(tensor, excluded):
+            saved.add(storage_key(tensor))
+            alive.append(tensor)
+        return _NotKept()
+
+    def activations(value: Any) -> frozenset[tuple[str, int, int]]:
+        keys, _ = _storage_bytes([t for t in _tensors(value) if not is_persistent(t, excluded)])
+        return frozenset(keys)
+
+    seconds = []
+    _synchronize((args, kwargs))
+    start = time.perf_counter()
+    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, _never_unpacked):
+        out = function(*args, **kwargs)
+    _synchronize(out)
+    seconds.append(time.perf_counter() - start)
+    input_keys, output_keys = activations((args, kwargs)), activations(out)
+    out = _detached(out)
+    alive.clear()
+    for _ in range(repeats):
+        start = time.perf_counter()
+        with torch.enable_grad():
+            again = function(*args, **kwargs)
+        _synchronize(again)
+        seconds.append(time.perf_counter() - start)
+        del again
+    return CallMeasurement(input_keys, frozenset(saved), output_keys, min(seconds), out)
 
 
 def _name(function: Callable[..., Any]) -> str:
@@ -102,18 +181,22 @@ def profile_layers(
     functions: Sequence[Callable[[Any], Any]],
     input: Any,
     *,
-    repeats: int = 3,
+    repeats: int = 1,
     exclude: Iterable[Any] = (),
+    names: Sequence[str] | None = None,
 ) -> Profile:
     """Measures what each layer saves for backward and its forward time on `input`.
 
     Layers run one at a time on a detached copy of the previous output, so profiling holds one
-    layer's activations at a time. Storages of parameters and buffers (of the modules among
+    layer's activations at a time; each runs 1 + `repeats` times and its forward time is the
+    least of them (the first run, which also records what is saved, includes warm-up). Storages of parameters and buffers (of the modules among
     `functions` and in `exclude`) are not activations and are not counted. The RNG state and
     module buffers are restored afterwards."""
     functions = list(functions)
-    if repeats < 1:
-        raise ValueError(f"repeats: must be >= 1, got {repeats}")
+    if repeats < 0:
+        raise ValueError(f"repeats: must be >= 0, got {repeats}")
+    if names is not None and len(names) != len(functions):
+        raise ValueError(f"names: has {len(names)} entries, functions has {len(functions)}")
     modules = [m for f in functions for m in _modules_of(f)]
     excluded = excluded_storages(modules + list(exclude))
     devices = {t.device for t in _tensors(input)}
@@ -122,39 +205,20 @@ def profile_layers(
         _, input_bytes = _storage_bytes(input)
         h = input
         for index, function in enumerate(functions):
-            x = _detached(h)
-            saved: set[tuple[str, int, int]] = set()
-
-            def pack(tensor: torch.Tensor) -> torch.Tensor:
-                if not is_persistent(tensor, excluded):
-                    saved.add(storage_key(tensor))
-                return tensor
-
-            with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                out = function(x)
-            in_keys, _ = _storage_bytes(x)
-            out_keys, out_bytes = _storage_bytes(out)
-            own = sum(key[2] for key in saved - in_keys - out_keys)
-            seconds = []
-            for _ in range(repeats):
-                _synchronize(x)
-                start = time.perf_counter()
-                with torch.enable_grad():
-                    again = function(x)
-                _synchronize(again)
-                seconds.append(time.perf_counter() - start)
-                del again
+            call = measure_call(function, (h,), {}, excluded, repeats)
+            in_keys, _ = _storage_bytes(h)
+            out_keys, out_bytes = _storage_bytes(call.output)
             layers.append(
                 LayerProfile(
-                    name=_name(function),
-                    saved_bytes=own,
+                    name=names[index] if names else _name(function),
+                    saved_bytes=sum(key[2] for key in call.saved_keys - in_keys - out_keys),
                     output_bytes=out_bytes,
-                    saves_output=bool(saved & out_keys),
-                    forward_seconds=statistics.median(seconds),
+                    saves_output=bool(call.saved_keys & out_keys),
+                    forward_seconds=call.forward_seconds,
                 )
             )
-            h = _detached(out)
-            del out, x
+            h = call.output
+            del call
             if not _tensors(h):
                 raise TypeError(
                     f"functions[{index}]: returned {type(h).__name__}; every layer must return "
@@ -183,6 +247,6 @@ def _region_overhead(input: Any, repeats: int) -> float:
     rng = torch.random.get_rng_state()
     for wrapped in (False, True):
         step(wrapped)  # warm-up
-    samples = [step(True) - step(False) for _ in range(max(5, 3 * repeats))]
+    samples = [step(True) - step(False) for _ in range(5 + 2 * repeats)]
     torch.random.set_rng_state(rng)
     return max(0.0, statistics.median(samples))

@@ -1,0 +1,102 @@
+"""Blocks called by a model's own code, measured call by call, as a chain the planner reads.
+
+auto_checkpoint cannot assume that block k's output is block k+1's input: models add residuals
+outside blocks, pass masks and positions, return tuples, call a block twice. So it records each
+block call of one training step (its tensor inputs, what autograd saves inside it, its outputs,
+as storages) and derives the chain from what was seen:
+
+- tensors that several calls take, or that the first call takes (masks, positions, the stream's
+  input), are held for the whole step: the chain's input;
+- what a call takes that no earlier call took is the activation between it and the previous call
+  (the residual stream after the model's own code ran);
+- what a call saves beyond its inputs and that activation is its own saved bytes.
+
+Every call is planned as its own region or none (``max_region_layers=1``): the model's code
+between calls cannot be re-run by a region that spans two of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .profile import CallMeasurement, LayerProfile, Profile
+
+Key = tuple[str, int, int]
+
+
+@dataclass(frozen=True)
+class RecordedCall:
+    """One block call of the measured step: which block, how it was called, what it held.
+
+    Storage keys are compared only among tensors alive at the same time (an address freed and
+    reused would make two tensors one): the call's inputs with what its measured run saved and
+    returned, and across calls the real inputs and outputs, which the measuring step keeps alive
+    (every block is a checkpoint region then, holding its inputs; an output is held until the
+    next call has read its inputs)."""
+
+    module: Any  # the nn.Module (compared by identity)
+    name: str
+    signature: Any  # shapes, dtypes and values of its arguments
+    input_keys: frozenset[Key]  # its real tensor inputs (activations)
+    output_keys: frozenset[Key]  # its real outputs
+    own_bytes: int  # saved inside it, neither an input nor an output
+    saved_output_bytes: int  # saved inside it and among its outputs
+    forward_seconds: float
+
+    @classmethod
+    def of(
+        cls, module: Any, name: str, signature: Any, measured: CallMeasurement, outputs: Any
+    ) -> "RecordedCall":
+        saved = measured.saved_keys
+        return cls(
+            module,
+            name,
+            signature,
+            measured.input_keys,
+            frozenset(outputs),
+            _bytes(saved - measured.input_keys - measured.output_keys),
+            _bytes(saved & measured.output_keys),
+            measured.forward_seconds,
+        )
+
+
+def _bytes(keys: set[Key] | frozenset[Key]) -> int:
+    return sum(key[2] for key in keys)
+
+
+def chain_profile(calls: list[RecordedCall], region_overhead: float) -> Profile:
+    """The per-call chain of a measured step (see the module's docstring)."""
+    if not calls:
+        raise ValueError("blocks: none of the blocks was called in the model's forward")
+    inputs = [c.input_keys for c in calls]
+    seen_once: set[Key] = set()
+    shared: set[Key] = set(inputs[0])
+    for keys in inputs:
+        shared |= keys & seen_once
+        seen_once |= keys
+    taken_before: set[Key] = set()
+    names: dict[str, int] = {}
+    layers = []
+    for k, call in enumerate(calls):
+        taken_before |= inputs[k]
+        if k + 1 < len(calls):
+            boundary = set(inputs[k + 1]) - shared - taken_before
+        else:
+            boundary = set(call.output_keys) - shared
+        # Its output is what the next call takes (x = block(x)): then saving it is saving the
+        # boundary. Otherwise (x = x + block(x)) a saved output is the block's own.
+        passes_output_on = bool(boundary) and boundary <= call.output_keys
+        saved_bytes = call.own_bytes + (0 if passes_output_on else call.saved_output_bytes)
+        names[call.name] = names.get(call.name, 0) + 1
+        label = call.name if names[call.name] == 1 else f"{call.name} (call {names[call.name]})"
+        layers.append(
+            LayerProfile(
+                name=label,
+                saved_bytes=saved_bytes,
+                output_bytes=_bytes(boundary),
+                saves_output=passes_output_on and call.saved_output_bytes > 0,
+                forward_seconds=call.forward_seconds,
+            )
+        )
+    return Profile(_bytes(shared), tuple(layers), region_overhead, max_region_layers=1)

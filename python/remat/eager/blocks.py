@@ -1,0 +1,152 @@
+"""Finding a model's blocks: the repeated modules that carry most of its parameters.
+
+"The longest nn.ModuleList" picks the wrong list on common models (a block's inner MLP is an
+nn.Sequential longer than the list of blocks). A transformer's layers, a ResNet's stages are
+modules of one class, repeated, holding most of the parameters: that is what is looked for.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Sequence
+
+from torch import nn
+
+_CONTAINERS = (nn.ModuleList, nn.Sequential)
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """The blocks auto_checkpoint wraps, where they live, and how it will run them."""
+
+    path: str  # dotted path from the model, e.g. "model.layers"
+    modules: tuple[nn.Module, ...]
+    names: tuple[str, ...]  # dotted path of each block, e.g. "model.layers.3"
+    # The container, when it is a stock nn.Sequential that runs its blocks as one chain (each on
+    # the previous one's output): regions may then span several blocks.
+    chain: nn.Sequential | None
+
+    def describe(self) -> str:
+        classes = Counter(type(m).__name__ for m in self.modules)
+        kinds = " + ".join(f"{count} × {name}" for name, count in classes.most_common())
+        how = "one chain (nn.Sequential)" if self.chain is not None else "each block on its own"
+        return f"{self.path} ({kinds}), checkpointed {how}"
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+def _parameter_count(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def _is_stock_sequential(module: nn.Module) -> bool:
+    return isinstance(module, nn.Sequential) and type(module).forward is nn.Sequential.forward
+
+
+def _flatten(container: nn.Module, path: str) -> list[tuple[str, nn.Module]]:
+    """A container's callable members; lists of lists (stages of blocks) are flattened."""
+    out = []
+    for name, child in container.named_children():
+        if isinstance(child, (nn.ModuleList, nn.ModuleDict)):
+            out += _flatten(child, f"{path}.{name}")
+        else:
+            out.append((f"{path}.{name}", child))
+    return out
+
+
+def _score(members: list[tuple[str, nn.Module]]) -> tuple[int, int]:
+    """Parameters held by the most common class among the members (which must repeat), then
+    how many members there are."""
+    if len(members) < 2:
+        return (-1, 0)
+    classes = Counter(type(m) for _, m in members)
+    common, count = classes.most_common(1)[0]
+    if count < 2:
+        return (-1, 0)
+    held = sum(_parameter_count(m) for _, m in members if type(m) is common)
+    return (held, len(members))
+
+
+def _resolve(model: nn.Module, path: str) -> nn.Module:
+    target: nn.Module = model
+    parts = path.split(".")
+    if parts and parts[0] == "model":
+        parts = parts[1:]
+    for depth, part in enumerate(parts):
+        if not hasattr(target, part) and not (part.isdigit() and isinstance(target, _CONTAINERS)):
+            where = ".".join(["model", *parts[:depth]])
+            children = ", ".join(name for name, _ in target.named_children()) or "none"
+            raise ValueError(f"blocks: {where} has no member '{part}' (its children: {children})")
+        target = target[int(part)] if part.isdigit() else getattr(target, part)
+        if not isinstance(target, nn.Module):
+            raise ValueError(f"blocks: model.{'.'.join(parts[:depth + 1])} is not an nn.Module")
+    return target
+
+
+def _from_container(container: nn.Module, path: str) -> Blocks:
+    members = _flatten(container, path)
+    if not members:
+        raise ValueError(f"blocks: {path} holds no modules")
+    chain = container if _is_stock_sequential(container) else None
+    return Blocks(
+        path=path,
+        modules=tuple(m for _, m in members),
+        names=tuple(name for name, _ in members),
+        chain=chain,
+    )
+
+
+def find_blocks(
+    model: nn.Module, blocks: str | nn.Module | Sequence[nn.Module] | None = None
+) -> Blocks:
+    """The blocks to checkpoint: `blocks` as given (a dotted path such as "model.layers", a
+    container, or a list of modules), else found in `model`.
+
+    Found: the model itself when it is a stock nn.Sequential; else, among its nn.ModuleList and
+    nn.Sequential containers (lists of lists flattened), the one whose repeated class holds the
+    most parameters, more members breaking ties, the outermost first."""
+    if isinstance(blocks, str):
+        target = _resolve(model, blocks)
+        path = blocks if blocks.startswith("model") else f"model.{blocks}"
+        if isinstance(target, _CONTAINERS):
+            return _from_container(target, path)
+        return Blocks(path, (target,), (path,), None)
+    if isinstance(blocks, nn.Module):
+        names = {id(m): f"model.{n}" if n else "model" for n, m in model.named_modules()}
+        path = names.get(id(blocks), f"<{type(blocks).__name__}>")
+        if isinstance(blocks, _CONTAINERS):
+            return _from_container(blocks, path)
+        return Blocks(path, (blocks,), (path,), None)
+    if blocks is not None:
+        modules = list(blocks)
+        for index, module in enumerate(modules):
+            if not isinstance(module, nn.Module):
+                raise TypeError(
+                    f"blocks[{index}]: expected an nn.Module, got {type(module).__name__}"
+                )
+        names = {id(m): f"model.{n}" if n else "model" for n, m in model.named_modules()}
+        return Blocks(
+            "blocks",
+            tuple(modules),
+            tuple(names.get(id(m), f"blocks[{i}]") for i, m in enumerate(modules)),
+            None,
+        )
+    if isinstance(model, nn.ModuleList):
+        raise ValueError("model: an nn.ModuleList cannot be called; pass the model that runs it")
+    if _is_stock_sequential(model):
+        return _from_container(model, "model")
+    best: tuple[tuple[int, int], str, nn.Module] | None = None
+    for name, module in model.named_modules():
+        if not isinstance(module, _CONTAINERS) or module is model:
+            continue
+        score = _score(_flatten(module, f"model.{name}"))
+        if score[0] >= 0 and (best is None or score > best[0]):
+            best = (score, f"model.{name}", module)
+    if best is None:
+        raise ValueError(
+            "model: found no nn.ModuleList or nn.Sequential of repeated blocks to checkpoint; "
+            'pass blocks= (a dotted path such as "layers", a container, or a list of modules)'
+        )
+    return _from_container(best[2], best[1])

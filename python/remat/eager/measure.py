@@ -1,0 +1,128 @@
+"""remat.torch.measure: what a model's blocks save, before choosing a budget."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import nn
+
+from ..units import format_bytes, format_seconds
+from ._runtime import _PreservedState, _synchronize, _tensors
+from .auto import AutoCheckpoint
+from .blocks import Blocks, find_blocks
+from .planning import Plan, plan_profile
+from .profile import Profile
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One training step of a model, measured block by block.
+
+    Attributes:
+        blocks: the blocks measured (found as auto_checkpoint finds them, or given).
+        profile: per block (per call: a block called twice appears twice) the bytes autograd
+            saves inside it, the activation it passes on and its forward time.
+        no_checkpoint_bytes: the blocks' saved bytes at their peak without checkpointing.
+        least_budget_bytes: the least budget auto_checkpoint accepts for these inputs.
+        step_seconds: the measured step (forward and backward, every block checkpointed while
+            it was measured, so this overstates a plain step).
+    """
+
+    blocks: Blocks
+    profile: Profile
+    no_checkpoint_bytes: int
+    least_budget_bytes: int
+    step_seconds: float
+
+    def table(self) -> str:
+        p = self.profile
+        width = max([len(layer.name) for layer in p.layers] + [5])
+        lines = [
+            f"remat.measure: {self.blocks.describe()}",
+            f"  budget without checkpointing {format_bytes(self.no_checkpoint_bytes)}; least "
+            f"possible {format_bytes(self.least_budget_bytes)}",
+            f"  forward of the blocks {format_seconds(p.forward_seconds)}; measured step "
+            f"{format_seconds(self.step_seconds)}",
+            "",
+            f"  {'#':>4}  {'block':<{width}}  {'saves':>10} {'passes on':>10} {'forward':>9}",
+            f"  {'':>4}  {'(held all step)':<{width}}  {format_bytes(p.input_bytes):>10}",
+        ]
+        for i, layer in enumerate(p.layers):
+            lines.append(
+                f"  {i:>4}  {layer.name:<{width}}  {format_bytes(layer.saved_bytes):>10} "
+                f"{format_bytes(layer.output_bytes):>10} {format_seconds(layer.forward_seconds):>9}"
+            )
+        total = p.input_bytes + sum(l.saved_bytes + l.output_bytes for l in p.layers)
+        lines += [
+            f"  {'':>4}  {'total':<{width}}  {format_bytes(total):>10}",
+            "",
+            "  saves: bytes autograd keeps inside the block besides its inputs; passes on: the new",
+            "  activation the next block takes (after any code between blocks); held all step:",
+            "  inputs several blocks share (masks, positions) and the first block's input.",
+            "  Bytes outside the blocks (embeddings, head, code between blocks) are not counted.",
+        ]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def _default_loss(output: Any) -> torch.Tensor:
+    tensors = [t for t in _tensors(output) if t.requires_grad and t.is_floating_point()]
+    if not tensors:
+        raise ValueError("output: has no floating tensor that requires grad; pass loss_fn=")
+    return sum(t.float().sum() for t in tensors)  # type: ignore[return-value]
+
+
+def measure(
+    model: nn.Module,
+    *args: Any,
+    blocks: str | nn.Module | Sequence[nn.Module] | None = None,
+    loss_fn: Callable[[Any], torch.Tensor] | None = None,
+    verbose: bool = True,
+    **kwargs: Any,
+) -> Measurement:
+    """Runs one training step of `model(*args, **kwargs)` and measures its blocks: what each
+    saves for backward, what it passes on, its forward time, and the budgets that bound a plan.
+
+    Gradients are returned, not accumulated (``.grad`` stays as it was); module buffers
+    (BatchNorm statistics) and the RNG are restored. Measuring holds one block's activations at
+    a time beyond the least-memory plan. Prints the table unless ``verbose=False``."""
+    chosen = find_blocks(model, blocks)
+    handle = AutoCheckpoint(model, chosen, 2**60, slots=None, tune=False)
+    try:
+        if chosen.chain is not None:  # measure call by call, even in a chain
+            handle.remove()
+            handle = AutoCheckpoint(
+                model, Blocks(chosen.path, chosen.modules, chosen.names, None), 2**60, None, False
+            )
+        devices = {t.device for t in _tensors((args, kwargs))}
+        parameters = [p for p in model.parameters() if p.requires_grad]
+        with _PreservedState([model], devices), torch.enable_grad():
+            _synchronize((args, kwargs))
+            start = time.perf_counter()
+            out = model(*args, **kwargs)
+            loss = (loss_fn or _default_loss)(out)
+            if parameters:
+                torch.autograd.grad(loss, parameters, allow_unused=True)
+            _synchronize(loss)
+            seconds = time.perf_counter() - start
+        made: Plan | None = handle.plan
+    finally:
+        handle.remove()
+    if made is None:
+        raise ValueError(f"blocks: none of {chosen.path} was called by the model's forward")
+    profile = made.profile
+    if chosen.chain is not None:  # auto_checkpoint nests regions in a chain: its least is lower
+        profile = dataclasses.replace(profile, max_region_layers=0)
+        made = plan_profile(profile, made.no_checkpoint_bytes)
+    result = Measurement(
+        chosen, profile, made.no_checkpoint_bytes, made.minimum_budget_bytes, seconds
+    )
+    if verbose:
+        print(result.table())
+    return result
