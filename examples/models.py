@@ -170,7 +170,77 @@ def make_resnet(per_stage: int = 3, batch: int = 16, size: int = 32):
     return model, model.body, torch.randn(batch, 3, size, size)
 
 
-MODELS = {"mlp": make_mlp, "gpt": make_gpt, "resnet": make_resnet}
+class RMSNorm(nn.Module):
+    def __init__(self, width: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        normed = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
+        return normed.to(x.dtype) * self.weight
+
+
+class LlamaBlock(nn.Module):
+    """RMSNorm, fused qkv, causal SDPA, out projection, RMSNorm, SwiGLU; no biases."""
+
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        hidden = int(8 * width / 3) // 64 * 64
+        self.heads = heads
+        self.attention_norm = RMSNorm(width)
+        self.qkv = nn.Linear(width, 3 * width, bias=False)
+        self.out = nn.Linear(width, width, bias=False)
+        self.ffn_norm = RMSNorm(width)
+        self.gate_up = nn.Linear(width, 2 * hidden, bias=False)
+        self.down = nn.Linear(hidden, width, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.attention_norm(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.out(y.transpose(1, 2).reshape(b, t, c))
+        gate, up = self.gate_up(self.ffn_norm(x)).chunk(2, dim=-1)
+        return x + self.down(F.silu(gate) * up)
+
+
+class Llama(nn.Module):
+    def __init__(self, vocab: int, width: int, depth: int, heads: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.layers = nn.ModuleList(LlamaBlock(width, heads) for _ in range(depth))
+        self.norm = RMSNorm(width)
+        self.head = nn.Linear(width, vocab, bias=False)
+
+    def prologue(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.embed(tokens)
+
+    def epilogue(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(x))
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(self.norm(x))
+
+
+def make_llama(
+    depth: int = 4,
+    width: int = 128,
+    heads: int = 4,
+    seq: int = 64,
+    batch: int = 4,
+    vocab: int = 512,
+):
+    """A Llama-style decoder; the op-level issue's GPU size is depth 16, width 2048, heads 16,
+    seq 2048, batch 4 in bf16."""
+    model = Llama(vocab, width, depth, heads)
+    return model, model.layers, torch.randint(0, vocab, (batch, seq))
+
+
+MODELS = {"mlp": make_mlp, "gpt": make_gpt, "resnet": make_resnet, "llama": make_llama}
 
 
 def loss(output: torch.Tensor) -> torch.Tensor:
