@@ -332,6 +332,10 @@ def test_discovery_picks_the_repeated_blocks_not_an_inner_mlp():
     assert nested.names[3] == "model.stages.1.1"
     hf = rt.find_blocks(HFModel())
     assert hf.path == "model.layers" and hf.chain is None
+    handle = rt.auto_checkpoint(HFModel(), memory_budget="1GiB", verbose=True)
+    assert "model.layers (4 × HFDecoderLayer), checkpointed each block on its own" in str(
+        handle.blocks
+    )
     with pytest.raises(ValueError, match="blocks="):
         rt.find_blocks(nn.Linear(3, 3))
 

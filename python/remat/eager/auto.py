@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import time
 import types
 import warnings
@@ -38,6 +39,8 @@ from .execution import Execution, _batchnorm_buffers, _RunningStatsKept
 from .planning import Plan, plan_profile, tune_plan
 from .profile import _region_overhead, measure_call, profile_layers
 from .sequential import _signature
+
+_log = logging.getLogger("remat")
 
 
 @dataclass
@@ -316,7 +319,8 @@ def auto_checkpoint(
 
     `blocks`: a dotted path ("layers", "model.encoder.layer"), a container, or a list of
     modules; by default the model's repeated blocks (see :func:`remat.eager.find_blocks`), and
-    ``handle.blocks`` says which were chosen (``verbose=True`` prints it). Each block is wrapped
+    ``handle.blocks`` says which were chosen (logged on the "remat" logger at INFO;
+    ``verbose=True`` prints it). Each block is wrapped
     on its own; parameters, state_dict and hooks are untouched; ``remove()`` undoes it.
 
     With `example_inputs` (and `example_kwargs`), one forward pass is measured now, so a budget
@@ -324,6 +328,7 @@ def auto_checkpoint(
     otherwise that happens at the first training step."""
     budget = parse_bytes(memory_budget)
     chosen = find_blocks(model, blocks)
+    _log.info("auto_checkpoint: blocks %s", chosen.describe())
     if verbose:
         print(f"remat.auto_checkpoint: blocks {chosen.describe()}")
     handle = AutoCheckpoint(model, chosen, budget, slots, tune)
