@@ -60,6 +60,9 @@ class _Saved:
 
 
 def storage_key(tensor: torch.Tensor) -> tuple[str, int, int]:
+    local = getattr(tensor, "_local_tensor", None)  # a DTensor (FSDP2's sharded parameters)
+    if isinstance(local, torch.Tensor):
+        tensor = local
     storage = tensor.untyped_storage()
     return (str(tensor.device), storage.data_ptr(), storage.nbytes())
 

@@ -15,8 +15,10 @@ the same function torch uses to build the runtimes it gives its built-in solvers
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from typing import Any
+import statistics
+from typing import Any, Iterator
 
 import torch
 import torch._functorch.config as functorch_config
@@ -25,6 +27,7 @@ from torch._inductor.custom_graph_pass import CustomKnapsackSolver
 
 from . import __version__
 from ._solve import SOLVERS, Result, solve
+from .eager import distributed as _distributed
 
 
 class _torch_dispatch_enabled:
@@ -45,6 +48,17 @@ class _torch_dispatch_enabled:
     def __exit__(self, *exc: object) -> None:
         for key, excluded in zip(self._KEYS, self._saved):
             torch._C._dispatch_tls_set_dispatch_key_excluded(key, excluded)
+
+
+@contextlib.contextmanager
+def _outside_tracing() -> Iterator[None]:
+    """Real tensors for a collective called from inside the partitioner (fake tensor mode and
+    dispatch modes are active there)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with unset_fake_temporarily(), _disable_current_modes():
+        yield
 
 
 def node_runtimes(nodes: list[Any]) -> list[float]:
@@ -76,7 +90,18 @@ class RematKnapsackSolver(CustomKnapsackSolver):
         all_recomputable_banned_nodes: list[Any],
     ) -> tuple[list[int], list[int]]:
         runtimes = node_runtimes(all_recomputable_banned_nodes)
+        if _distributed.active():
+            # torch's default estimator counts flops, the same on every rank; a measuring one
+            # ("profile") is not. Every rank solves with the median runtimes, and the plans are
+            # checked equal: under FSDP a different plan is a different set of collectives.
+            with _outside_tracing():
+                gathered = _distributed.all_gather(runtimes, "torch.compile's knapsack runtimes")
+            if len({len(r) for r in gathered}) == 1:
+                runtimes = [statistics.median(values) for values in zip(*gathered)]
         result = solve(memory, runtimes, max_memory, solver=self.solver, time_limit=self.time_limit)
+        if _distributed.active():
+            with _outside_tracing():
+                _distributed.verify_same_plan([result.saved], what="torch.compile knapsack plan")
         self.last_result, self.last_runtimes = result, runtimes
         return list(result.saved), list(result.recomputed)
 

@@ -36,8 +36,9 @@ from ._runtime import _PreservedState, _tensors, in_backward
 from .block_plan import RecordedCall, chain_profile
 from .blocks import Blocks, find_blocks
 from .execution import Execution, _batchnorm_buffers, _RunningStatsKept
-from .planning import Plan, plan_profile, tune_plan
-from .profile import _region_overhead, measure_call, profile_layers
+from . import distributed
+from .planning import Plan, plan, plan_profile
+from .profile import _region_overhead, measure_call
 from .sequential import _signature
 
 _log = logging.getLogger("remat")
@@ -85,7 +86,12 @@ class AutoCheckpoint:
         memory_budget: int,
         slots: int | None,
         tune: bool,
+        microbatches_in_flight: int = 1,
+        plan_group: Any = None,
     ) -> None:
+        distributed.active(plan_group)  # checks its value
+        self.microbatches_in_flight = microbatches_in_flight
+        self.plan_group = plan_group
         self.model = model
         self.blocks = blocks
         self.memory_budget = memory_budget
@@ -176,8 +182,16 @@ class AutoCheckpoint:
         step.last_outputs = None
         if self._region_overhead is None:
             self._region_overhead = _region_overhead(torch.zeros(1, device=self._device), 0)
-        profile = chain_profile(step.calls, self._region_overhead)
-        made = plan_profile(profile, self.memory_budget, slots=self.slots)
+        profile = distributed.agree_on_profile(
+            chain_profile(step.calls, self._region_overhead), self.plan_group
+        )
+        made = plan_profile(
+            profile,
+            self.memory_budget,
+            slots=self.slots,
+            microbatches_in_flight=self.microbatches_in_flight,
+        )
+        distributed.verify_same_plan(made.regions, group=self.plan_group)
         checkpointed = frozenset(first for first, _, _ in made.regions)
         calls = tuple((c.module, c.signature) for c in step.calls)
         self._block_plans[step.key] = _BlockPlan(made, calls, checkpointed)
@@ -283,12 +297,17 @@ class AutoCheckpoint:
         if found is None:
             self._inside += 1
             try:
-                profile = profile_layers(
-                    functions, input, exclude=[self.model], names=list(self.blocks.names)
+                found = plan(
+                    functions,
+                    input,
+                    memory_budget=self.memory_budget,
+                    slots=self.slots,
+                    tune=self.tune,
+                    exclude=[self.model],
+                    names=list(self.blocks.names),
+                    microbatches_in_flight=self.microbatches_in_flight,
+                    plan_group=self.plan_group,
                 )
-                found = plan_profile(profile, self.memory_budget, slots=self.slots)
-                if self.tune:
-                    found = tune_plan(functions, input, found)
             finally:
                 self._inside -= 1
             self.plans[key] = found
@@ -314,6 +333,8 @@ def auto_checkpoint(
     example_inputs: tuple[Any, ...] | None = None,
     example_kwargs: dict[str, Any] | None = None,
     verbose: bool = False,
+    microbatches_in_flight: int = 1,
+    plan_group: Any = None,
 ) -> AutoCheckpoint:
     """Makes every training step of `model` follow a checkpoint plan for `memory_budget`.
 
@@ -325,13 +346,20 @@ def auto_checkpoint(
 
     With `example_inputs` (and `example_kwargs`), one forward pass is measured now, so a budget
     below the least feasible one raises ``remat.InputError`` here, stating that least budget;
-    otherwise that happens at the first training step."""
+    otherwise that happens at the first training step.
+
+    Pipeline parallelism: for a stage whose schedule keeps `microbatches_in_flight` microbatches'
+    activations at once (1F1B: up to the number of stages), the budget is the stage's peak over
+    all of them. Data parallelism: under an initialized process group every rank of
+    `plan_group` (default: all ranks; a ProcessGroup such as one stage's data-parallel replicas;
+    "local" for none) plans from one agreed profile, and the plans are checked equal, so FSDP's
+    gathers for re-runs match across ranks (see :mod:`remat.eager.distributed`)."""
     budget = parse_bytes(memory_budget)
     chosen = find_blocks(model, blocks)
     _log.info("auto_checkpoint: blocks %s", chosen.describe())
     if verbose:
         print(f"remat.auto_checkpoint: blocks {chosen.describe()}")
-    handle = AutoCheckpoint(model, chosen, budget, slots, tune)
+    handle = AutoCheckpoint(model, chosen, budget, slots, tune, microbatches_in_flight, plan_group)
     if example_inputs is not None or example_kwargs is not None:
         try:
             _measure_forward(model, example_inputs or (), example_kwargs or {})

@@ -84,6 +84,7 @@ def measure(
     blocks: str | nn.Module | Sequence[nn.Module] | None = None,
     loss_fn: Callable[[Any], torch.Tensor] | None = None,
     verbose: bool = True,
+    plan_group: Any = None,
     **kwargs: Any,
 ) -> Measurement:
     """Runs one training step of `model(*args, **kwargs)` and measures its blocks: what each
@@ -91,14 +92,20 @@ def measure(
 
     Gradients are returned, not accumulated (``.grad`` stays as it was); module buffers
     (BatchNorm statistics) and the RNG are restored. Measuring holds one block's activations at
-    a time beyond the least-memory plan. Prints the table unless ``verbose=False``."""
+    a time beyond the least-memory plan. Prints the table unless ``verbose=False``. Under a
+    process group the ranks of `plan_group` report one agreed profile ("local": this rank's)."""
     chosen = find_blocks(model, blocks)
-    handle = AutoCheckpoint(model, chosen, 2**60, slots=None, tune=False)
+    handle = AutoCheckpoint(model, chosen, 2**60, None, False, plan_group=plan_group)
     try:
         if chosen.chain is not None:  # measure call by call, even in a chain
             handle.remove()
             handle = AutoCheckpoint(
-                model, Blocks(chosen.path, chosen.modules, chosen.names, None), 2**60, None, False
+                model,
+                Blocks(chosen.path, chosen.modules, chosen.names, None),
+                2**60,
+                None,
+                False,
+                plan_group=plan_group,
             )
         devices = {t.device for t in _tensors((args, kwargs))}
         parameters = [p for p in model.parameters() if p.requires_grad]

@@ -14,6 +14,7 @@ from torch import nn
 from .. import _core
 from ..units import format_bytes, format_seconds, parse_bytes
 from ._runtime import _PreservedState, _detached, _modules_of, _synchronize, _tensors
+from . import distributed
 from .execution import Execution
 from .profile import Profile, profile_layers
 
@@ -33,6 +34,14 @@ class Plan:
     # `choice` names the one these regions come from.
     timings: tuple[tuple[str, float], ...] = ()
     choice: str = "planner"
+    # Pipeline parallelism: how many microbatches' activations the stage holds at once, and the
+    # stage's predicted peak over all of them (the planned peak when 1).
+    microbatches_in_flight: int = 1
+    predicted_stage_peak_bytes: int = 0
+
+    def held_at_end_of_forward(self) -> int:
+        """The chain's input and what every layer holds after the forward pass."""
+        return self.profile.input_bytes + sum(self.held_after_forward())
 
     def runs(self) -> list[int]:
         """How many times each layer's forward runs in a step (1: its activations are kept)."""
@@ -127,19 +136,14 @@ class Plan:
         return self.table()
 
 
-def plan_profile(
-    profile: Profile, memory_budget: int | float | str, *, slots: int | None = None
-) -> Plan:
-    """The least-recompute plan for a measured profile (see :func:`plan`)."""
-    budget = parse_bytes(memory_budget)
+def _plan_one(profile: Profile, budget: int, slots: int | None) -> Plan:
     layers = profile.core_layers()
     if not layers:
         raise ValueError("functions: the chain has no layers")
-    overhead = profile.region_overhead_seconds
     result = _core.eager_plan(
         profile.input_bytes,
         layers,
-        overhead,
+        profile.region_overhead_seconds,
         profile.max_region_layers,
         budget,
         0 if slots is None else slots,
@@ -153,6 +157,58 @@ def plan_profile(
         minimum_budget_bytes=result["minimum_budget"],
         no_checkpoint_bytes=result["no_checkpoint_bytes"],
         profile=profile,
+        predicted_stage_peak_bytes=result["peak_bytes"],
+    )
+
+
+def _stage_peak(found: Plan, microbatches: int) -> int:
+    """1F1B: the stage holds the forward activations of `microbatches` microbatches, and one of
+    them is in its backward (re-runs included) at a time."""
+    return (microbatches - 1) * found.held_at_end_of_forward() + found.predicted_peak_bytes
+
+
+def plan_profile(
+    profile: Profile,
+    memory_budget: int | float | str,
+    *,
+    slots: int | None = None,
+    microbatches_in_flight: int = 1,
+) -> Plan:
+    """The least-recompute plan for a measured profile (see :func:`plan`).
+
+    With `microbatches_in_flight` = m > 1 (a pipeline stage under a 1F1B-style schedule) the
+    budget is the stage's: (m - 1) microbatches' bytes held after their forward plus one
+    microbatch's peak must fit. The plan is the least-recompute one among per-microbatch
+    budgets from budget / m (which always fits, held <= peak) up to the budget, searched by
+    bisection on that stage peak."""
+    budget = parse_bytes(memory_budget)
+    m = int(microbatches_in_flight)
+    if m < 1:
+        raise ValueError(f"microbatches_in_flight: must be >= 1, got {microbatches_in_flight}")
+    if m == 1:
+        return _plan_one(profile, budget, slots)
+    least = _plan_one(profile, 2**60, slots).minimum_budget_bytes
+    floor = _plan_one(profile, least, slots)
+    if _stage_peak(floor, m) > budget:
+        raise _core.InputError(
+            f"memory_budget: {budget} bytes is below the least stage peak with "
+            f"{m} microbatches in flight, {_stage_peak(floor, m)} bytes"
+        )
+    best, low, high = floor, max(least, budget // m), budget
+    while low <= high:
+        middle = (low + high) // 2
+        candidate = _plan_one(profile, middle, slots)
+        if _stage_peak(candidate, m) <= budget:
+            if candidate.predicted_recompute_seconds <= best.predicted_recompute_seconds:
+                best = candidate
+            low = middle + 1
+        else:
+            high = middle - 1
+    return dataclasses.replace(
+        best,
+        memory_budget=budget,
+        microbatches_in_flight=m,
+        predicted_stage_peak_bytes=_stage_peak(best, m),
     )
 
 
@@ -165,6 +221,9 @@ def plan(
     slots: int | None = None,
     tune: bool = True,
     exclude: Iterable[Any] = (),
+    names: Sequence[str] | None = None,
+    microbatches_in_flight: int = 1,
+    plan_group: Any = None,
 ) -> Plan:
     """The plan :func:`checkpoint_sequential` would run, without running it.
 
@@ -174,18 +233,26 @@ def plan(
     is kept: the planner's time model is forward time, which the hardware does not always
     honour (on CPU a re-run just before its backward finds its activations in cache).
 
+    Under an initialized process group, every rank of `plan_group` (default: all) plans from
+    one profile and one set of tuning timings and the plans are checked equal (see
+    :mod:`remat.eager.distributed`); ``plan_group="local"`` plans on this rank alone.
+
     Raises ``remat.InputError`` (a ValueError) stating the least feasible budget when
     `memory_budget` is below it."""
     functions = list(functions)
     if profile is None:
-        profile = profile_layers(functions, input, exclude=exclude)
+        profile = profile_layers(functions, input, exclude=exclude, names=names)
     elif len(profile.layers) != len(functions):
         raise ValueError(
             f"profile: has {len(profile.layers)} layers, functions has {len(functions)}"
         )
-    found = plan_profile(profile, memory_budget, slots=slots)
-    if tune and input is not None and _tensors(input):
-        found = tune_plan(functions, input, found)
+    profile = distributed.agree_on_profile(profile, plan_group)
+    found = plan_profile(
+        profile, memory_budget, slots=slots, microbatches_in_flight=microbatches_in_flight
+    )
+    if tune and input is not None and _tensors(input) and microbatches_in_flight == 1:
+        found = tune_plan(functions, input, found, plan_group=plan_group)
+    distributed.verify_same_plan(found.regions, group=plan_group)
     return found
 
 
@@ -203,6 +270,7 @@ def tune_plan(
     repeats: int = 2,
     max_candidates: int = 3,
     max_seconds: float | None = None,
+    plan_group: Any = None,
 ) -> Plan:
     """The fastest, measured on the chain, of the planner's plan and the uniform segmentations
     whose predicted peak fits the budget.
@@ -237,9 +305,12 @@ def tune_plan(
         for _ in range(repeats):
             for label, regions in candidates.items():
                 timings[label].append(_time_step(functions, regions, input, parameters))
-            if time.perf_counter() - start > limit:
+            # Ranks must run the same candidates as often (under FSDP each run gathers
+            # parameters): the time cap applies only to a plan made alone.
+            if time.perf_counter() - start > limit and not distributed.active(plan_group):
                 break
     median = {label: statistics.median(t) for label, t in timings.items()}
+    median = distributed.agree_on_timings(median, plan_group)
     choice = min(median, key=median.__getitem__)
     peak, recompute = _core.eager_evaluate(p.input_bytes, layers, overhead, 0, candidates[choice])
     return dataclasses.replace(

@@ -78,6 +78,7 @@ def checkpoint_sequential(
     profile: Profile | None = None,
     slots: int | None = None,
     tune: bool = True,
+    plan_group: Any = None,
 ) -> Any:
     """torch.utils.checkpoint.checkpoint_sequential with a memory budget instead of a segment
     count: the least-recompute nested checkpoint plan whose saved-for-backward bytes fit.
@@ -85,18 +86,33 @@ def checkpoint_sequential(
     The first call for a given set of functions, input shape and dtype, and budget measures the
     layers (see :func:`profile_layers`) and plans; later calls reuse the plan. Pass the same
     function objects each step (a new lambda each call is profiled each call). With grad
-    disabled the layers simply run."""
+    disabled the layers simply run. Under a process group the ranks of `plan_group` agree on
+    one plan (see :func:`plan`)."""
     functions = list(functions)
     if not torch.is_grad_enabled():
         for function in functions:
             input = function(input)
         return input
     budget = parse_bytes(memory_budget)
-    key = (tuple(id(f) for f in functions), _signature(input), budget, slots, id(profile), tune)
+    key = (
+        tuple(id(f) for f in functions),
+        _signature(input),
+        budget,
+        slots,
+        id(profile),
+        tune,
+        id(plan_group),
+    )
     found = _plans.get(key, functions)
     if found is None:
         found = plan(
-            functions, input, memory_budget=budget, profile=profile, slots=slots, tune=tune
+            functions,
+            input,
+            memory_budget=budget,
+            profile=profile,
+            slots=slots,
+            tune=tune,
+            plan_group=plan_group,
         )
         _plans.put(key, functions, found)
     return run_plan(functions, found, input)

@@ -1,0 +1,144 @@
+"""One plan for every rank of a process group.
+
+Ranks that profile on their own can plan differently (timing noise, a slow rank): under FSDP a
+re-run block all-gathers its parameters again in backward, so two plans mean two sequences of
+collectives, and the job hangs. Under an initialized process group every eager entry point
+therefore plans from one profile that all ranks agree on, and checks the result:
+
+- profiles are gathered from every rank and combined: bytes by their maximum (a plan must fit
+  the rank that saves most; ranks with uneven inputs differ here), times by their median (one
+  slow rank, as in the measured case, does not move a median of three or more; with two ranks
+  the median is the mean);
+- tuning timings (chain plans) are combined the same way, so every rank picks the same layout;
+- a checksum of the plan is all-gathered and compared; a mismatch raises naming the ranks;
+- the collectives run on a gloo group of their own with a timeout
+  (``REMAT_DIST_TIMEOUT_SECONDS``, default 600): a rank that never arrives is an error, not a
+  hang.
+
+With no process group (or a group of one), every function here returns its input unchanged.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import os
+import statistics
+from typing import Any
+
+
+from .profile import LayerProfile, Profile
+
+_groups: dict[tuple[tuple[int, ...], float], Any] = {}
+
+# Which ranks must follow one plan: None, every rank of the initialized process group; a
+# ProcessGroup, its ranks (one pipeline stage's data-parallel replicas, say); "local", this rank
+# alone (no collective at all).
+PlanGroup = Any
+
+
+def active(group: PlanGroup = None) -> bool:
+    """Whether plans must be agreed on: an initialized process group of more than one rank."""
+    import torch.distributed as dist
+
+    if isinstance(group, str):
+        if group != "local":
+            raise ValueError(f"plan_group: expected None, a ProcessGroup or 'local', got {group!r}")
+        return False
+    if not (dist.is_available() and dist.is_initialized()):
+        return False
+    return dist.get_world_size(group) > 1
+
+
+def _timeout_seconds() -> float:
+    return float(os.environ.get("REMAT_DIST_TIMEOUT_SECONDS", "600"))
+
+
+def _group(group: PlanGroup) -> Any:
+    """A gloo group over the plan group's ranks (CPU objects, whatever the training backend),
+    with a timeout; made by the member ranks alone."""
+    import torch.distributed as dist
+
+    seconds = _timeout_seconds()
+    ranks = tuple(dist.get_process_group_ranks(group or dist.group.WORLD))
+    key = (ranks, seconds)
+    if key not in _groups:
+        _groups[key] = dist.new_group(
+            ranks=list(ranks),
+            backend="gloo",
+            timeout=datetime.timedelta(seconds=seconds),
+            use_local_synchronization=True,
+        )
+    return _groups[key]
+
+
+def all_gather(value: Any, what: str, group: PlanGroup = None) -> list[Any]:
+    """`value` from every rank of the plan group, in rank order; a timeout becomes an error that
+    says what was being agreed on."""
+    import torch.distributed as dist
+
+    try:
+        gloo = _group(group)
+        gathered: list[Any] = [None] * dist.get_world_size(gloo)
+        dist.all_gather_object(gathered, value, group=gloo)
+    except RuntimeError as error:
+        raise RuntimeError(
+            f"remat: rank {dist.get_rank()} timed out or failed agreeing on {what} with the "
+            f"other ranks (REMAT_DIST_TIMEOUT_SECONDS={_timeout_seconds():g}): {error}"
+        ) from error
+    return gathered
+
+
+def agree_on_profile(profile: Profile, group: PlanGroup = None) -> Profile:
+    """The profile every rank plans from: bytes by maximum, times by median across ranks."""
+    if not active(group):
+        return profile
+    profiles = all_gather(profile, "the profile", group)
+    counts = {len(p.layers) for p in profiles}
+    if len(counts) != 1:
+        by_rank = ", ".join(f"rank {r}: {len(p.layers)}" for r, p in enumerate(profiles))
+        raise RuntimeError(f"remat: ranks measured different numbers of layers ({by_rank})")
+    layers = []
+    for index, versions in enumerate(zip(*(p.layers for p in profiles))):
+        layers.append(
+            LayerProfile(
+                name=versions[0].name,
+                saved_bytes=max(l.saved_bytes for l in versions),
+                output_bytes=max(l.output_bytes for l in versions),
+                saves_output=any(l.saves_output for l in versions),
+                forward_seconds=statistics.median(l.forward_seconds for l in versions),
+            )
+        )
+    return Profile(
+        input_bytes=max(p.input_bytes for p in profiles),
+        layers=tuple(layers),
+        region_overhead_seconds=statistics.median(p.region_overhead_seconds for p in profiles),
+        max_region_layers=profile.max_region_layers,
+    )
+
+
+def agree_on_timings(timings: dict[str, float], group: PlanGroup = None) -> dict[str, float]:
+    """Tuning's measured seconds per candidate, the median across ranks."""
+    if not active(group):
+        return timings
+    gathered = all_gather(timings, "the tuning timings", group)
+    return {label: statistics.median(t[label] for t in gathered) for label in timings}
+
+
+def plan_checksum(regions: Any, extra: Any = None) -> str:
+    return hashlib.sha256(repr((tuple(map(tuple, regions)), extra)).encode()).hexdigest()[:16]
+
+
+def verify_same_plan(
+    regions: Any, extra: Any = None, what: str = "checkpoint plan", group: PlanGroup = None
+) -> None:
+    """Raises naming the ranks whose plan differs from the first rank's."""
+    if not active(group):
+        return
+    checksums = all_gather(plan_checksum(regions, extra), f"the {what}'s checksum", group)
+    differ = [rank for rank, c in enumerate(checksums) if c != checksums[0]]
+    if differ:
+        raise RuntimeError(
+            f"remat: ranks {differ} (of the plan group) made a different {what} than its first "
+            f"(checksums {checksums}); every rank must follow one plan"
+        )

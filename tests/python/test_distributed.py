@@ -1,0 +1,298 @@
+"""Distributed training on CPU with gloo (torch.multiprocessing spawn): one plan for every rank.
+
+DDP and FSDP2 with auto_checkpoint at world sizes 2 and 4 train exactly as without it, with one
+plan on all ranks even when a rank is made slow while it measures; a plan that differs or a rank
+that never arrives is an error naming the ranks, not a hang; a 2-stage pipeline under 1F1B is
+planned so that each stage fits its budget over the microbatches in flight; remat.torch.use()
+gives every rank the same torch.compile plan."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import pathlib
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, width: int = 32) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.up = nn.Linear(width, 2 * width)
+        self.down = nn.Linear(2 * width, width)
+        self.slow = 0.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.slow:
+            time.sleep(self.slow)
+        return self.down(torch.tanh(self.up(self.norm(x))))
+
+
+class Net(nn.Module):
+    def __init__(self, depth: int = 6, width: int = 32) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(Block(width) for _ in range(depth))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = x + layer(x)
+        return x
+
+
+def _init(rank: int, world: int, store: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    torch.manual_seed(0)
+
+
+def _budget(model: nn.Module, x: torch.Tensor) -> int:
+    import remat.torch as rt
+
+    m = rt.measure(copy.deepcopy(model), x, verbose=False, plan_group="local")
+    return m.least_budget_bytes + (m.no_checkpoint_bytes - m.least_budget_bytes) // 3
+
+
+def _write(out: str, rank: int, payload: dict) -> None:
+    pathlib.Path(out, f"rank{rank}.json").write_text(json.dumps(payload))
+
+
+def _read(out: pathlib.Path, world: int) -> list[dict]:
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
+
+
+def _spawn(worker, world: int, tmp_path: pathlib.Path, *args) -> list[dict]:
+    store = str(tmp_path / "store")
+    mp.spawn(worker, args=(world, store, str(tmp_path), *args), nprocs=world, join=True)
+    return _read(tmp_path, world)
+
+
+# --- DDP ----------------------------------------------------------------------------------------
+
+
+def _ddp_worker(rank, world, store, out, slow_rank):
+    import remat.torch as rt
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    _init(rank, world, store)
+    base = Net()
+    x = torch.randn(8, 32) + rank  # every rank its own batch
+    budget = max(dist_all(_budget(base, x)))  # one budget for all ranks
+    plain = DDP(copy.deepcopy(base))
+    model = DDP(copy.deepcopy(base))
+    handle = rt.auto_checkpoint(model.module, memory_budget=budget)
+    if rank == slow_rank:
+        model.module.layers[2].slow = 0.03  # slow while it measures
+    grads_equal, plans = True, []
+    for step in range(2):
+        for net in (plain, model):
+            net.zero_grad()
+            net(x).pow(2).mean().backward()
+        model.module.layers[2].slow = 0.0
+        grads_equal &= all(
+            torch.equal(a.grad, b.grad) for a, b in zip(plain.parameters(), model.parameters())
+        )
+        plans.append([list(r) for r in handle.plan.regions])
+    _write(out, rank, {"grads_equal": grads_equal, "plans": plans})
+    dist.destroy_process_group()
+
+
+def dist_all(value):
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, value)
+    return gathered
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_ddp_one_plan_exact_gradients_even_with_a_slow_rank(world, tmp_path):
+    results = _spawn(_ddp_worker, world, tmp_path, 1)
+    assert all(r["grads_equal"] for r in results)
+    assert all(r["plans"] == results[0]["plans"] for r in results)
+    assert results[0]["plans"][0], "the budget needs regions"
+
+
+# --- FSDP2 --------------------------------------------------------------------------------------
+
+
+def _fsdp_worker(rank, world, store, out):
+    import remat.torch as rt
+    from torch.distributed.fsdp import fully_shard
+
+    _init(rank, world, store)
+    base = Net()
+    x = torch.randn(8, 32) + rank
+    budget = max(dist_all(_budget(base, x)))
+
+    def sharded(model):
+        for layer in model.layers:
+            fully_shard(layer)  # reshard after forward: a re-run gathers again
+        fully_shard(model)
+        return model
+
+    plain, model = sharded(copy.deepcopy(base)), copy.deepcopy(base)
+    handle = rt.auto_checkpoint(model, memory_budget=budget)  # before sharding, as torchtitan
+    model = sharded(model)
+    equal, plans = True, []
+    for step in range(2):
+        for net in (plain, model):
+            net.zero_grad()
+            net(x).pow(2).mean().backward()
+        equal &= all(
+            torch.equal(a.grad.full_tensor(), b.grad.full_tensor())
+            for a, b in zip(plain.parameters(), model.parameters())
+        )
+        plans.append([list(r) for r in handle.plan.regions])
+    _write(out, rank, {"grads_equal": equal, "plans": plans})
+    dist.destroy_process_group()
+
+
+def test_fsdp2_one_plan_exact_gradients(tmp_path):
+    results = _spawn(_fsdp_worker, 2, tmp_path)
+    assert all(r["grads_equal"] for r in results)
+    assert results[0]["plans"] == results[1]["plans"] and results[0]["plans"][0]
+
+
+# --- errors, not hangs --------------------------------------------------------------------------
+
+
+def _mismatch_worker(rank, world, store, out):
+    from remat.eager import distributed
+
+    _init(rank, world, store)
+    payload = {}
+    try:
+        distributed.verify_same_plan([(0, rank, 0)])
+    except RuntimeError as error:
+        payload["mismatch"] = str(error)
+    os.environ["REMAT_DIST_TIMEOUT_SECONDS"] = "3"
+    start = time.perf_counter()
+    if rank == 0:
+        try:
+            distributed.verify_same_plan([(0, 1, 0)], what="plan on a lonely rank")
+        except RuntimeError as error:
+            payload["timeout"] = str(error)
+    else:
+        time.sleep(6)  # never joins that collective
+    payload["seconds"] = time.perf_counter() - start
+    _write(out, rank, payload)
+
+
+def test_a_different_plan_or_a_missing_rank_is_an_error(tmp_path):
+    results = _spawn(_mismatch_worker, 2, tmp_path)
+    assert "ranks [1]" in results[0]["mismatch"] and "ranks [1]" in results[1]["mismatch"]
+    assert "timed out or failed agreeing on the plan on a lonely rank" in results[0]["timeout"]
+    assert results[0]["seconds"] < 30
+
+
+# --- pipeline -----------------------------------------------------------------------------------
+
+
+def _pipeline_worker(rank, world, store, out, microbatches):
+    import remat.torch as rt
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+    _init(rank, world, store)
+    torch.manual_seed(0)
+    full = Net(depth=8)
+    x = torch.randn(4 * microbatches, 32)
+    stage_module = nn.Module()
+    stage_module.layers = nn.ModuleList(full.layers[4 * rank : 4 * rank + 4])
+    stage_module.forward = types_forward(stage_module)
+    reference = copy.deepcopy(stage_module)
+    reference.forward = types_forward(reference)
+    m = rt.measure(
+        copy.deepcopy(stage_module),
+        _stage_input(full, x[:4], rank),
+        verbose=False,
+        plan_group="local",
+    )
+    per_microbatch = m.least_budget_bytes + (m.no_checkpoint_bytes - m.least_budget_bytes) // 4
+    budget = microbatches * per_microbatch
+    handle = rt.auto_checkpoint(
+        stage_module,
+        memory_budget=budget,
+        microbatches_in_flight=microbatches,
+        plan_group="local",  # each stage plans its own layers
+    )
+    results = {}
+    for name, module in (("plain", reference), ("remat", stage_module)):
+        stage = PipelineStage(module, rank, world, torch.device("cpu"))
+        schedule = Schedule1F1B(stage, microbatches, loss_fn=lambda out, target: out.pow(2).mean())
+        module.zero_grad()
+        with rt.SavedTensorMeter(module) as meter:
+            if rank == 0:
+                schedule.step(x)
+            else:
+                schedule.step(target=torch.zeros(4 * microbatches, 32), losses=[])
+        results[name] = ([p.grad.clone() for p in module.parameters()], meter.peak_bytes)
+    equal = all(torch.equal(a, b) for a, b in zip(results["plain"][0], results["remat"][0]))
+    _write(
+        out,
+        rank,
+        {
+            "grads_equal": equal,
+            "peak": results["remat"][1],
+            "plain_peak": results["plain"][1],
+            "budget": budget,
+            "stage_peak": handle.plan.predicted_stage_peak_bytes,
+            "regions": len(handle.plan.regions),
+        },
+    )
+    dist.destroy_process_group()
+
+
+def types_forward(module):
+    import types
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = x + layer(x)
+        return x
+
+    return types.MethodType(forward, module)
+
+
+def _stage_input(full, x, rank):
+    with torch.no_grad():
+        for layer in full.layers[: 4 * rank]:
+            x = x + layer(x)
+    return x
+
+
+def test_pipeline_stages_fit_their_budget_over_microbatches_in_flight(tmp_path):
+    results = _spawn(_pipeline_worker, 2, tmp_path, 4)
+    for r in results:
+        assert r["grads_equal"]
+        assert r["peak"] <= r["stage_peak"] <= r["budget"], r
+        assert r["regions"] > 0
+
+
+# --- torch.compile ------------------------------------------------------------------------------
+
+
+def _compile_worker(rank, world, store, out):
+    import torch._functorch.config as functorch_config
+
+    import remat.torch as rt
+
+    _init(rank, world, store)
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = DDP(Net(depth=3))
+    x = torch.randn(8, 32) + rank
+    torch._dynamo.reset()
+    with rt.use() as solver, functorch_config.patch(activation_memory_budget=0.4):
+        compiled = torch.compile(model, backend="aot_eager")
+        compiled(x).pow(2).mean().backward()
+    _write(out, rank, {"saved": list(solver.last_result.saved)})
+    dist.destroy_process_group()
+
+
+def test_use_under_ddp_gives_every_rank_the_same_plan(tmp_path):
+    results = _spawn(_compile_worker, 2, tmp_path)
+    assert results[0]["saved"] == results[1]["saved"]
