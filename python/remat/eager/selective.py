@@ -1,0 +1,306 @@
+"""Op-level (selective) checkpointing of one layer: its ops, its menu, and the SAC policy.
+
+torch's selective activation checkpointing (``create_selective_checkpoint_contexts``) runs a
+checkpointed layer's forward once, keeping the outputs of the ops its policy marks "save" in a
+cache (and nothing else but the layer's inputs); in backward it re-runs the forward in order,
+taking each cached op's outputs from the cache instead of computing them, and stops as soon as
+every tensor backward needs has been re-made (non-reentrant checkpoint's early stop). So, for a
+set P of cached ops:
+
+- held while the rest of the step runs: the bytes of the storages P's ops create;
+- re-run time: the time of the ops not in P, up to the op during which the last tensor backward
+  needs is saved (measured: a re-run stops at that save, so an op whose inputs are saved before
+  it runs is itself not re-run, while the views computed for it are).
+
+That is a 0/1 knapsack (items: ops; weight: the bytes an op creates; value: its time), and its
+trade-off curve is the layer's menu, from "recompute everything" (nothing cached: a checkpoint
+region) to "cache every op that would re-run" (no re-run time, more bytes than autograd would
+have saved). Plain (no region) is the other end, kept by the chain planner itself.
+
+What is never cached, so that SAC stays exact and the accounting additive:
+- random ops (dropout): they re-run from the RNG state checkpoint preserves, in order; caching
+  one would shift the RNG offsets of those re-run after it;
+- views and in-place ops (they create no storage; caching a view would keep its base alive);
+- ops whose outputs are mutated later in the layer (SAC refuses mutated cache entries);
+- ops after the last one backward needs (never re-run, nothing to spare).
+
+Measured, not estimated: each op's time comes from running the layer under a dispatch mode that
+times every op (synchronizing the device around it), the least of a few runs.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.checkpoint import (
+    SAC_IGNORED_OPS,
+    CheckpointPolicy,
+    create_selective_checkpoint_contexts,
+)
+
+from .. import _solve
+from ..saved_memory import is_persistent, storage_key
+from ._runtime import _detached, _synchronize, _tensors
+
+Key = tuple[str, int, int]
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    """One op of a layer's forward, in dispatch order (SAC's ignored ops left out)."""
+
+    name: str  # e.g. "aten.mm.default"
+    new_bytes: int  # bytes of the storages it creates that are not the layer's outputs
+    seconds: float
+    cacheable: bool
+    why_not: str = ""  # when not cacheable: random, view or in-place, mutated later, not re-run
+
+
+@dataclass(frozen=True)
+class OpProfile:
+    """A layer's ops, and how its full re-run ends."""
+
+    ops: tuple[OpRecord, ...]
+    last_needed: int  # the last op a re-run dispatches (-1: none): where the last save happens
+
+    @property
+    def rerun_seconds(self) -> float:
+        """A full re-run: every op up to the last needed one."""
+        return sum(op.seconds for op in self.ops[: self.last_needed + 1])
+
+
+@dataclass(frozen=True)
+class MenuEntry:
+    """One way to checkpoint a layer: which ops are cached, what that holds and re-runs."""
+
+    cached: frozenset[int]  # op indices
+    held_bytes: int
+    recompute_seconds: float
+
+
+class _OpRecorder(TorchDispatchMode):
+    """Times every op and notes which storages it creates and which it writes to."""
+
+    def __init__(self, device_sync: bool) -> None:
+        super().__init__()
+        self.device_sync = device_sync
+        self.names: list[str] = []
+        self.seconds: list[float] = []
+        self.created: list[set[Key]] = []
+        self.random: list[bool] = []
+        self.mutates: list[set[Key]] = []
+        self.producer: dict[Key, int] = {}
+        # Ops dispatched before the last tensor was saved: a re-run stops right at that save
+        # (an op's inputs are saved before it is dispatched, its outputs after).
+        self.dispatched_at_last_save = 0
+        self.keep_alive: list[Any] = []  # no address is reused while the layer runs
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
+        kwargs = kwargs or {}
+        if func in SAC_IGNORED_OPS:
+            return func(*args, **kwargs)
+        inputs = {storage_key(t) for t in _tensors((args, kwargs))}
+        if self.device_sync:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        out = func(*args, **kwargs)
+        if self.device_sync:
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+        index = len(self.names)
+        keys = {storage_key(t) for t in _tensors(out)}
+        created = {k for k in keys if k not in inputs and k not in self.producer}
+        for key in created:
+            self.producer[key] = index
+        mutated = set()
+        if func._schema.is_mutable:
+            for argument, value in zip(func._schema.arguments, args):
+                if argument.alias_info is not None and argument.alias_info.is_write:
+                    mutated |= {storage_key(t) for t in _tensors(value)}
+        self.names.append(str(func))
+        self.seconds.append(seconds)
+        self.created.append(created)
+        self.random.append(torch.Tag.nondeterministic_seeded in func.tags)
+        self.mutates.append(mutated)
+        self.keep_alive.append(out)
+        return out
+
+
+def _record(function: Callable[..., Any], args: tuple, kwargs: dict, excluded: set[Key]):
+    device_sync = any(t.is_cuda for t in _tensors((args, kwargs)))
+    saved: set[Key] = set()
+    alive: list[torch.Tensor] = []
+
+    recorder = _OpRecorder(device_sync)
+
+    def pack(tensor: torch.Tensor) -> Any:
+        # Every save counts for the early stop, parameters' too.
+        recorder.dispatched_at_last_save = len(recorder.names)
+        if not is_persistent(tensor, excluded):
+            saved.add(storage_key(tensor))
+            alive.append(tensor)
+        return None
+
+    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda _: None):
+        with recorder:
+            out = function(*args, **kwargs)
+    outputs = {storage_key(t) for t in _tensors(out)}
+    return recorder, saved, outputs
+
+
+def profile_ops(
+    function: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    excluded: set[Key],
+    repeats: int = 2,
+) -> OpProfile:
+    """The ops of one call of a layer, measured on detached copies of its inputs (the caller
+    restores RNG state and buffers). Each op's time is the least over 1 + `repeats` runs."""
+    args, kwargs = _detached(args), _detached(kwargs)
+    recorder, saved, outputs = _record(function, args, kwargs, excluded)
+    seconds = [[s] for s in recorder.seconds]
+    for _ in range(repeats):
+        again, _, _ = _record(function, args, kwargs, excluded)
+        if again.names != recorder.names:  # data-dependent ops: keep the first run's times
+            break
+        for times, s in zip(seconds, again.seconds):
+            times.append(s)
+        del again
+    mutated_later: set[int] = set()
+    for index, keys in enumerate(recorder.mutates):
+        for key in keys:
+            producer = recorder.producer.get(key)
+            if producer is not None and producer < index:
+                mutated_later.add(producer)
+    last_needed = recorder.dispatched_at_last_save - 1
+    ops = []
+    for index, name in enumerate(recorder.names):
+        created = recorder.created[index] - outputs
+        why_not = ""
+        if recorder.random[index]:
+            why_not = "random"
+        elif not recorder.created[index]:
+            why_not = "view or in-place"
+        elif index in mutated_later:
+            why_not = "mutated later"
+        elif index > last_needed:
+            why_not = "not re-run"
+        ops.append(
+            OpRecord(
+                name=name,
+                new_bytes=sum(k[2] for k in created),
+                seconds=min(seconds[index]),
+                cacheable=not why_not,
+                why_not=why_not,
+            )
+        )
+    del recorder
+    _synchronize(args)
+    return OpProfile(tuple(ops), last_needed)
+
+
+def menu(profile: OpProfile, entries: int = 12) -> list[MenuEntry]:
+    """The layer's trade-off curve between cache bytes and re-run time: the exact knapsack's
+    best set at `entries` budgets spread over the cacheable bytes (plus the two ends), each
+    entry on the Pareto front (none holds more and re-runs longer than another)."""
+    full = profile.rerun_seconds
+    items = [i for i, op in enumerate(profile.ops) if op.cacheable and op.seconds > 0]
+    free = frozenset(i for i in items if profile.ops[i].new_bytes == 0)
+    costly = [i for i in items if profile.ops[i].new_bytes > 0]
+    spared_free = sum(profile.ops[i].seconds for i in free)
+    found: dict[frozenset[int], MenuEntry] = {
+        free: MenuEntry(free, 0, max(0.0, full - spared_free))
+    }
+    if costly:
+        weights = [float(profile.ops[i].new_bytes) for i in costly]
+        values = [profile.ops[i].seconds for i in costly]
+        total = sum(weights)
+        budgets = sorted({total * (k + 1) / entries for k in range(entries)} | {total})
+        for budget in budgets:
+            result = _solve.solve(weights, values, budget, scale=1.0)
+            chosen = frozenset(costly[j] for j in result.saved) | free
+            held = sum(profile.ops[i].new_bytes for i in chosen)
+            spared = sum(profile.ops[i].seconds for i in chosen)
+            found[chosen] = MenuEntry(chosen, held, max(0.0, full - spared))
+    ordered = sorted(found.values(), key=lambda e: (e.held_bytes, e.recompute_seconds))
+    front: list[MenuEntry] = []
+    for entry in ordered:
+        if not front or entry.recompute_seconds < front[-1].recompute_seconds:
+            front.append(entry)
+    return front
+
+
+class _Policy:
+    """The SAC policy of one menu entry for one forward of its layer: the i-th op (in dispatch
+    order, SAC's ignored ops left out) is saved when i is cached. If the ops seen differ from
+    the profiled ones, everything after the difference is re-computed (always correct) and a
+    warning says so."""
+
+    def __init__(self, names: tuple[str, ...], cached: frozenset[int], label: str) -> None:
+        self.names, self.cached, self.label = names, cached, label
+        self.index = 0
+        self.diverged = False
+        self.cached_storages: set[Key] = set()
+
+    def __call__(self, ctx: Any, func: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+        index = self.index
+        self.index += 1
+        if not self.diverged and (index >= len(self.names) or str(func) != self.names[index]):
+            self.diverged = True
+            warnings.warn(
+                f"remat: {self.label} ran op {func} at position {index}, not the profiled "
+                f"{self.names[index] if index < len(self.names) else 'end'}; its remaining ops "
+                "are re-computed",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        if self.diverged or index not in self.cached:
+            return CheckpointPolicy.PREFER_RECOMPUTE
+        self.cached_storages |= {storage_key(t) for t in _tensors(ctx.op_output)}
+        return CheckpointPolicy.MUST_SAVE
+
+
+def context_fn(profile: OpProfile, entry: MenuEntry, label: str) -> Callable[[], Any]:
+    """What torch.utils.checkpoint's `context_fn` takes for this menu entry."""
+    names = tuple(op.name for op in profile.ops)
+
+    def contexts() -> Any:
+        return create_selective_checkpoint_contexts(_Policy(names, entry.cached, label))
+
+    return contexts
+
+
+def describe(profile: OpProfile, entry: MenuEntry) -> str:
+    """Which ops an entry keeps, for a plan's table: 'keeps 4 of 31 ops: aten.mm x3, ...'."""
+    kept = [profile.ops[i].name.replace(".default", "") for i in sorted(entry.cached)]
+    counts: dict[str, int] = {}
+    for name in kept:
+        counts[name] = counts.get(name, 0) + 1
+    listed = ", ".join(f"{n} x{c}" if c > 1 else n for n, c in counts.items())
+    return f"keeps {len(kept)} of {len(profile.ops)} ops" + (f": {listed}" if listed else "")
+
+
+def median_seconds(profiles: list[OpProfile]) -> OpProfile:
+    """Profiles of the same layer (ranks, repeats) with each op's median time."""
+    first = profiles[0]
+    ops = tuple(
+        OpRecord(
+            op.name,
+            op.new_bytes,
+            statistics.median(p.ops[i].seconds for p in profiles),
+            op.cacheable,
+            op.why_not,
+        )
+        for i, op in enumerate(first.ops)
+    )
+    return OpProfile(ops, first.last_needed)
+
+
+__all__ = ["MenuEntry", "OpProfile", "OpRecord", "context_fn", "describe", "menu", "profile_ops"]
