@@ -27,7 +27,12 @@ def main(argv: list[str] | None = None) -> int:
         memory, runtime, budget = data["memory"], data["runtime"], data["max_memory"]
         # The curve runs on to the total memory, so the budget is seen inside it.
         total = sum(m for m in memory if isinstance(m, (int, float)))
-        front = pareto(memory, runtime, max(budget, total) if isinstance(budget, (int, float)) else budget, scale=args.scale)
+        front = pareto(
+            memory,
+            runtime,
+            max(budget, total) if isinstance(budget, (int, float)) else budget,
+            scale=args.scale,
+        )
         plot_pareto(front, args.plot, budget=budget, title=args.title)
     except (OSError, ValueError, TypeError, KeyError) as error:
         message = f"{error.args[0]}: missing" if isinstance(error, KeyError) else str(error)

@@ -59,7 +59,9 @@ class RematKnapsackSolver(CustomKnapsackSolver):
 
     def __init__(self, solver: str = "exact", *, time_limit: float | None = None) -> None:
         if solver not in SOLVERS:
-            raise ValueError(f"solver: unknown solver '{solver}' (expected one of {', '.join(SOLVERS)})")
+            raise ValueError(
+                f"solver: unknown solver '{solver}' (expected one of {', '.join(SOLVERS)})"
+            )
         self.solver = solver
         self.time_limit = time_limit
         self.last_result: Result | None = None

@@ -21,8 +21,17 @@ def solve(run, instance, *args):
 @pytest.mark.parametrize("solver", SOLVERS)
 def test_solve_output_fields(run, solver):
     result = solve(run, INSTANCE, "--solver", solver)
-    for key in ["solver", "status", "max_runtime", "saved", "recomputed", "memory_used",
-                "upper_bound", "seconds", "planner_peak_bytes"]:
+    for key in [
+        "solver",
+        "status",
+        "max_runtime",
+        "saved",
+        "recomputed",
+        "memory_used",
+        "upper_bound",
+        "seconds",
+        "planner_peak_bytes",
+    ]:
         assert key in result
     assert result["solver"] == solver
     assert sorted(result["saved"] + result["recomputed"]) == list(range(5))
@@ -60,7 +69,9 @@ def test_scale_changes_quantization(run):
 
 
 def test_time_limit_reports_status_and_bound(run):
-    code, out, _ = run("generate", "--family", "circle", "--n", "3000", "--seed", "1", "--range", "10000000")
+    code, out, _ = run(
+        "generate", "--family", "circle", "--n", "3000", "--seed", "1", "--range", "10000000"
+    )
     assert code == 0
     result = solve(run, json.loads(out), "--time-limit", "0.000001")
     assert result["status"] in ("time_limit", "optimal")
@@ -74,14 +85,29 @@ BAD_INPUTS = [
     ('{"runtime": [1], "max_memory": 1}', "memory: missing"),
     ('{"memory": [1], "max_memory": 1}', "runtime: missing"),
     ('{"memory": [1], "runtime": [1]}', "max_memory: missing"),
-    ('{"memory": [1, 2], "runtime": [1], "max_memory": 1}', "runtime: has 1 entries but memory has 2"),
+    (
+        '{"memory": [1, 2], "runtime": [1], "max_memory": 1}',
+        "runtime: has 1 entries but memory has 2",
+    ),
     ('{"memory": [1, NaN], "runtime": [1, 1], "max_memory": 1}', "NaN and Infinity are not JSON"),
-    ('{"memory": [1, Infinity], "runtime": [1, 1], "max_memory": 1}', "NaN and Infinity are not JSON"),
+    (
+        '{"memory": [1, Infinity], "runtime": [1, 1], "max_memory": 1}',
+        "NaN and Infinity are not JSON",
+    ),
     ('{"memory": [1, -1], "runtime": [1, 1], "max_memory": 1}', "memory[1]: is negative"),
     ('{"memory": [1], "runtime": [1], "max_memory": -1}', "max_memory: is negative"),
-    ('{"memory": [1, "a"], "runtime": [1, 1], "max_memory": 1}', "memory[1]: expected a number, got a string"),
-    ('{"memory": [1], "runtime": [null], "max_memory": 1}', "runtime[0]: expected a number, got null"),
-    ('{"memory": [1], "runtime": [1], "max_memory": "5"}', "max_memory: expected a number, got a string"),
+    (
+        '{"memory": [1, "a"], "runtime": [1, 1], "max_memory": 1}',
+        "memory[1]: expected a number, got a string",
+    ),
+    (
+        '{"memory": [1], "runtime": [null], "max_memory": 1}',
+        "runtime[0]: expected a number, got null",
+    ),
+    (
+        '{"memory": [1], "runtime": [1], "max_memory": "5"}',
+        "max_memory: expected a number, got a string",
+    ),
     ('{"memory": [1e300], "runtime": [1], "max_memory": 1}', "memory[0]: 1e+300 times scale"),
     ('{"memory": [1e308, 1e308], "runtime": [1, 1], "max_memory": 1}', "memory[0]"),
     ('{"memory": [1], "runtime": [1e999], "max_memory": 1}', "input: malformed JSON"),
@@ -98,19 +124,25 @@ def test_bad_input_is_one_error_line_and_exit_2(run, text, message):
     assert message in err
 
 
-@pytest.mark.parametrize("args,message", [
-    (["solve", "--solver", "ilp", "-"], "solver: unknown solver 'ilp'"),
-    (["solve", "--scale", "0", "-"], "scale: must be a positive finite number"),
-    (["solve", "--scale", "abc", "-"], "error:"),
-    (["solve", "--time-limit", "-1", "-"], "time_limit: must be a positive"),
-    (["solve", "--bogus"], "error:"),
-    (["solve", "/nonexistent/file.json"], "input: cannot open '/nonexistent/file.json'"),
-    (["pareto", "--points", "1", "-"], "points: must be at least 2"),
-    (["generate", "--family", "nope", "--n", "3", "--seed", "1"], "family: unknown family 'nope'"),
-    (["generate", "--family", "uncorrelated", "--n", "3"], "error:"),
-    ([], "error:"),
-    (["frobnicate"], "error:"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["solve", "--solver", "ilp", "-"], "solver: unknown solver 'ilp'"),
+        (["solve", "--scale", "0", "-"], "scale: must be a positive finite number"),
+        (["solve", "--scale", "abc", "-"], "error:"),
+        (["solve", "--time-limit", "-1", "-"], "time_limit: must be a positive"),
+        (["solve", "--bogus"], "error:"),
+        (["solve", "/nonexistent/file.json"], "input: cannot open '/nonexistent/file.json'"),
+        (["pareto", "--points", "1", "-"], "points: must be at least 2"),
+        (
+            ["generate", "--family", "nope", "--n", "3", "--seed", "1"],
+            "family: unknown family 'nope'",
+        ),
+        (["generate", "--family", "uncorrelated", "--n", "3"], "error:"),
+        ([], "error:"),
+        (["frobnicate"], "error:"),
+    ],
+)
 def test_usage_errors_exit_2(run, args, message):
     code, out, err = run(*args, stdin=json.dumps(INSTANCE))
     assert code == 2, err
@@ -121,7 +153,9 @@ def test_usage_errors_exit_2(run, args, message):
 
 def test_planner_memory_refusal_is_exit_3_and_names_a_solver_that_fits(run):
     _, out, _ = run("generate", "--family", "paper_scale", "--n", "100", "--seed", "1")
-    code, stdout, err = run("solve", "--solver", "dp", "--max-planner-bytes", "100000000", "-", stdin=out)
+    code, stdout, err = run(
+        "solve", "--solver", "dp", "--max-planner-bytes", "100000000", "-", stdin=out
+    )
     assert code == 3
     assert stdout == ""
     assert err.startswith("error: dp needs")
@@ -160,9 +194,19 @@ def test_pareto_evenly_spaced_points(run):
         assert result["max_runtime"] == point["max_runtime"]
 
 
-FAMILIES = ["uncorrelated", "weakly_correlated", "strongly_correlated", "inverse_strongly_correlated",
-            "almost_strongly_correlated", "subset_sum", "spanner", "profit_ceiling", "circle",
-            "torch_like", "paper_scale"]
+FAMILIES = [
+    "uncorrelated",
+    "weakly_correlated",
+    "strongly_correlated",
+    "inverse_strongly_correlated",
+    "almost_strongly_correlated",
+    "subset_sum",
+    "spanner",
+    "profit_ceiling",
+    "circle",
+    "torch_like",
+    "paper_scale",
+]
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -200,7 +244,27 @@ def test_demo_on_a_file(run, tmp_path):
 
 
 def test_table_solver_refuses_a_time_limit_it_cannot_meet(run):
-    _, instance, _ = run("generate", "--family", "paper_scale", "--n", "2000", "--seed", "1", "--budget-quanta", "1e8")
-    code, out, err = run("solve", "--solver", "dp", "--time-limit", "0.001", "--max-planner-bytes", str(1 << 40), "-", stdin=instance)
+    _, instance, _ = run(
+        "generate",
+        "--family",
+        "paper_scale",
+        "--n",
+        "2000",
+        "--seed",
+        "1",
+        "--budget-quanta",
+        "1e8",
+    )
+    code, out, err = run(
+        "solve",
+        "--solver",
+        "dp",
+        "--time-limit",
+        "0.001",
+        "--max-planner-bytes",
+        str(1 << 40),
+        "-",
+        stdin=instance,
+    )
     assert code == 3 and out == ""
     assert err.startswith("error: dp needs about") and "use --solver exact" in err

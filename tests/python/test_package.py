@@ -51,7 +51,9 @@ BAD = [
 def test_bad_input_raises_with_the_cli_message(run, instance, error):
     with pytest.raises(error) as caught:
         remat.solve(instance["memory"], instance["runtime"], instance["max_memory"])
-    text = json.dumps(instance).replace("NaN", "1")  # NaN is not JSON; the CLI names it at parse time
+    text = json.dumps(instance).replace(
+        "NaN", "1"
+    )  # NaN is not JSON; the CLI names it at parse time
     if "NaN" not in json.dumps(instance):
         code, out, err = run("solve", "-", stdin=text)
         assert code == 2
@@ -115,10 +117,22 @@ def test_pareto_matches_solve_at_every_breakpoint():
 
 def test_knapsack_module_has_torch_signatures():
     torch_knapsack = pytest.importorskip("torch._functorch._activation_checkpointing.knapsack")
-    for name in ["dp_knapsack", "dp_knapsack_sliding_hirschberg", "greedy_knapsack", "ilp_knapsack"]:
+    for name in [
+        "dp_knapsack",
+        "dp_knapsack_sliding_hirschberg",
+        "greedy_knapsack",
+        "ilp_knapsack",
+    ]:
         ours, theirs = getattr(remat.knapsack, name), getattr(torch_knapsack, name)
-        assert list(inspect.signature(ours).parameters)[:1] == list(inspect.signature(theirs).parameters)[:1]
+        assert (
+            list(inspect.signature(ours).parameters)[:1]
+            == list(inspect.signature(theirs).parameters)[:1]
+        )
         assert len(inspect.signature(ours).parameters) == len(inspect.signature(theirs).parameters)
         max_runtime, saved, recomputed = ours([2, 3, 2, 4, 1], [1, 2, 1, 3, 2], 5)
-        assert isinstance(max_runtime, float) and isinstance(saved, list) and isinstance(recomputed, list)
+        assert (
+            isinstance(max_runtime, float)
+            and isinstance(saved, list)
+            and isinstance(recomputed, list)
+        )
         assert sorted(saved + recomputed) == list(range(5))
