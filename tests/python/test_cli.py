@@ -268,3 +268,91 @@ def test_table_solver_refuses_a_time_limit_it_cannot_meet(run):
     )
     assert code == 3 and out == ""
     assert err.startswith("error: dp needs about") and "use --solver exact" in err
+
+
+COMMANDS = ["solve", "pareto", "generate", "demo", "chain", "estimate", "eager"]
+
+
+@pytest.mark.parametrize(
+    "args,start",
+    [
+        (["bogus"], "error: unknown command 'bogus'; the commands are "),
+        (["bogus", "--budget", "1"], "error: unknown command 'bogus'; the commands are "),
+        ([], "error: give a command: "),
+    ],
+)
+def test_an_unknown_or_missing_command_lists_the_commands(run, args, start):
+    code, out, err = run(*args)
+    assert (code, out) == (2, "")
+    assert err.startswith(start) and err.count("\n") == 1
+    assert ", ".join(COMMANDS) in err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["solve", "{dir}"],
+        ["pareto", "{dir}"],
+        ["pareto", "--plot", "{dir}/x.png", "{dir}"],
+        ["demo", "{dir}"],
+        ["chain", "--profile", "{dir}", "--budget", "1GB"],
+        ["eager", "{dir}"],
+    ],
+)
+def test_a_directory_as_file_is_named_as_such(run, tmp_path, args):
+    code, out, err = run(*[a.format(dir=tmp_path) for a in args])
+    assert (code, out) == (2, "")
+    assert (
+        err
+        == f"error: input: '{tmp_path}' is a directory; give a JSON file, or - for standard input\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "image,reason",
+    [
+        ("x.txt", "cannot write '{dir}/x.txt': unsupported image format '.txt' (use one of "),
+        ("x", "cannot write '{dir}/x': no image extension (use one of "),
+        ("missing/x.png", "cannot write '{dir}/missing/x.png': no folder '{dir}/missing'"),
+        (
+            "instance.json/x.png",
+            "cannot write '{dir}/instance.json/x.png': '{dir}/instance.json' is not a folder",
+        ),
+    ],
+)
+def test_plot_to_a_path_it_cannot_write_says_why(run, tmp_path, image, reason):
+    instance = tmp_path / "instance.json"
+    instance.write_text(json.dumps(INSTANCE))
+    code, out, err = run("pareto", "--plot", str(tmp_path / image), str(instance))
+    assert (code, out) == (2, ""), err
+    assert err.startswith("error: plot: " + reason.format(dir=tmp_path)) and err.count("\n") == 1
+    assert not (tmp_path / image).exists()
+
+
+def test_plot_write_failure_is_the_reason(run, tmp_path):
+    # /proc exists and takes no new files: the write itself fails, and its reason is shown.
+    instance = tmp_path / "instance.json"
+    instance.write_text(json.dumps(INSTANCE))
+    code, out, err = run("pareto", "--plot", "/proc/remat-test.png", str(instance))
+    assert (code, out) == (2, "")
+    assert (
+        err.startswith("error: plot: cannot write '/proc/remat-test.png': ")
+        and err.count("\n") == 1
+    )
+
+
+def test_plot_without_the_package_says_how_to_get_it(remat_bin, tmp_path):
+    import os
+    import subprocess
+
+    instance = tmp_path / "instance.json"
+    instance.write_text(json.dumps(INSTANCE))
+    done = subprocess.run(
+        [str(remat_bin), "pareto", "--plot", str(tmp_path / "x.png"), str(instance)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "REMAT_PYTHON": str(tmp_path / "nopython")},
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith("error: plot: --plot draws through the remat Python package")
+    assert "REMAT_PYTHON" in done.stderr and done.stderr.count("\n") == 1

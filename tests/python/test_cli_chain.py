@@ -284,7 +284,7 @@ def test_profile_planner_memory_refusal_is_exit_3(run, tmp_path):
         "1000000",
     )
     assert code == 3 and out == ""
-    assert "use fewer --slots" in err
+    assert "lower --slots (or raise --max-planner-bytes)" in err
 
 
 def test_example_profile_runs(run):
@@ -294,3 +294,84 @@ def test_example_profile_runs(run):
         run, "--profile", str(ROOT / "examples/profiles/decoder_6x4.json"), "--budget", "200000000"
     )
     assert result["memory_bytes"] <= 200000000
+
+
+def decoder_path():
+    from conftest import ROOT
+
+    return str(ROOT / "examples/profiles/decoder_6x4.json")
+
+
+@pytest.mark.parametrize("slots", [2, 3, 4, 7, 16, 23])
+def test_slots_are_honoured(run, slots):
+    # Sizes are multiples of 8 MiB; 200 MB holds 23 of those. Up to 23 slots, the planner counts
+    # exactly the units asked for, each floor(budget / slots) bytes.
+    result = chain(run, "--profile", decoder_path(), "--budget", "200000000", "--slots", str(slots))
+    assert result["slots"] == slots and "slots_note" not in result
+    assert result["unit_bytes"] == 200000000 // slots
+    assert result["memory_bytes"] <= 200000000
+    assert result["exact"] == (result["unit_bytes"] == 8 << 20)
+
+
+def test_too_few_slots_say_so(run):
+    # One unit of 200 MB holds no layer's input and output together, once sizes are rounded up.
+    code, out, err = run(
+        "chain", "--profile", decoder_path(), "--budget", "200000000", "--slots", "1"
+    )
+    assert (code, out) == (2, "")
+    assert err == (
+        "error: budget: no schedule fits in 200000000 bytes with sizes rounded up to units of "
+        "200000000 bytes (the budget holds 1); more slots count sizes more finely\n"
+    )
+
+
+def test_more_slots_than_the_sizes_divisor_needs_are_explained(run):
+    result = chain(run, "--profile", decoder_path(), "--budget", "200000000", "--slots", "1000")
+    assert (result["slots"], result["unit_bytes"], result["exact"]) == (23, 8 << 20, True)
+    assert result["slots_note"].startswith("1000 slots requested; 23 units of 8388608 bytes")
+    # Exact: the default (up to 512 slots) and any finer request give the same plan.
+    default = chain(run, "--profile", decoder_path(), "--budget", "200000000")
+    assert default["recompute_time"] == result["recompute_time"] and "slots_note" not in default
+
+
+def test_fewer_slots_trade_accuracy_for_time(run):
+    times = [
+        chain(run, "--profile", decoder_path(), "--budget", "200000000", "--slots", str(s))[
+            "recompute_time"
+        ]
+        for s in (4, 16, 23)
+    ]
+    assert times[0] >= times[1] >= times[2]
+
+
+def test_small_budget_slots_note(run, tmp_path):
+    # Under slots * (slots + 1) bytes, floor(budget / slots)-byte units come a few more than asked:
+    # 10 asked of 15 bytes are 15 units of 1 byte (exact), 4 asked are 5 units of 3 bytes.
+    path = write(
+        tmp_path, {"layers": [{"activation_bytes": 1, "forward_time": 1} for _ in range(8)]}
+    )
+    exact = chain(run, "--profile", path, "--budget", "15", "--slots", "10")
+    assert (exact["slots"], exact["unit_bytes"], exact["exact"]) == (15, 1, True)
+    assert (
+        exact["slots_note"]
+        == "10 slots requested; units of floor(15 / 10) = 1 bytes, of which the budget holds 15"
+    )
+    coarse = chain(run, "--profile", path, "--budget", "15", "--slots", "4")
+    assert (coarse["slots"], coarse["unit_bytes"]) == (5, 3)
+    assert (
+        coarse["slots_note"]
+        == "4 slots requested; units of floor(15 / 4) = 3 bytes, of which the budget holds 5"
+    )
+
+
+def test_an_eager_profile_is_named(run):
+    from conftest import ROOT
+
+    eager_profile = str(ROOT / "examples/profiles/gpt_d8_w192_eager.json")
+    code, out, err = run("chain", "--profile", eager_profile, "--budget", "100MB")
+    assert (code, out) == (2, "")
+    assert err.startswith(
+        "error: input: this is an eager profile (layers have saved_bytes and output_bytes); "
+        "remat chain --profile reads chain profiles"
+    )
+    assert "remat eager" in err and err.count("\n") == 1

@@ -82,10 +82,22 @@ def test_planner_memory_refusal_is_a_memory_error_naming_a_solver():
     rng = np.random.default_rng(0)
     memory = rng.uniform(0, 1e4, 100)
     runtime = memory * rng.uniform(0.5, 1.5, 100)
-    with pytest.raises(MemoryError, match="use --solver exact") as caught:
+    with pytest.raises(MemoryError) as caught:
         remat.solve(memory, runtime, 1e5, solver="dp", max_planner_bytes=10**8)
     assert isinstance(caught.value, remat.PlannerMemoryError)
+    # Python's arguments, not the CLI's flags.
+    assert str(caught.value).endswith('; use solver="exact" (or raise max_planner_bytes=)')
+    assert "--" not in str(caught.value)
     assert remat.solve(memory, runtime, 1e5, max_planner_bytes=10**8).status == "optimal"
+
+
+def test_work_limit_refusal_names_python_arguments():
+    rng = np.random.default_rng(2)
+    memory = rng.uniform(0, 1e4, 2000)
+    with pytest.raises(TimeoutError) as caught:
+        remat.solve(memory, memory, 1e4, solver="dp", time_limit=1e-3, max_planner_bytes=1 << 40)
+    assert isinstance(caught.value, remat.WorkLimitError)
+    assert str(caught.value).endswith('; use solver="exact"') and "--" not in str(caught.value)
 
 
 def test_threads_solve_concurrently_with_identical_results():
