@@ -12,6 +12,10 @@
 #include "remat/errors.hpp"
 #include "remat/knapsack.hpp"
 
+#ifndef REMAT_VERSION
+#error "REMAT_VERSION must be defined (CMakeLists.txt passes the project version)"
+#endif
+
 namespace nb = nanobind;
 using namespace nb::literals;
 
@@ -203,6 +207,7 @@ std::tuple<std::int64_t, double> eager_evaluate(std::int64_t input_bytes,
 
 NB_MODULE(_core, m) {
   m.doc() = "remat's C++ core: exact knapsack solvers and chain checkpointing planners";
+  m.attr("__version__") = REMAT_VERSION;
   nb::exception<remat::InputError>(m, "InputError", PyExc_ValueError);
   static nb::exception<remat::PlannerMemoryError> planner_memory_error(m, "PlannerMemoryError",
                                                                        PyExc_MemoryError);

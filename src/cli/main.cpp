@@ -11,6 +11,10 @@
 #include "cli/commands.hpp"
 #include "remat/errors.hpp"
 
+#ifndef REMAT_VERSION
+#error "REMAT_VERSION must be defined (CMakeLists.txt passes the project version)"
+#endif
+
 namespace {
 
 std::string command_list(const CLI::App& app) {
@@ -36,6 +40,7 @@ int main(int argc, char** argv) {
   CLI::App app{"remat: exact activation-checkpointing planners (knapsack and chain)", "remat"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Help for every subcommand");
+  app.set_version_flag("--version", std::string("remat ") + REMAT_VERSION);
   std::vector<std::pair<CLI::App*, remat::cli::Command>> commands;
   auto add = [&](remat::cli::Command (*adder)(CLI::App&)) {
     const std::size_t before = app.get_subcommands({}).size();
@@ -64,6 +69,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::cerr << "error: " << e.what() << "\n";

@@ -270,6 +270,14 @@ def test_table_solver_refuses_a_time_limit_it_cannot_meet(run):
     assert err.startswith("error: dp needs about") and "use --solver exact" in err
 
 
+def test_version_is_the_package_version(run):
+    import remat
+
+    code, out, err = run("--version")
+    assert (code, err) == (0, "")
+    assert out == f"remat {remat.__version__}\n"
+
+
 COMMANDS = ["solve", "pareto", "generate", "demo", "chain", "estimate", "eager"]
 
 

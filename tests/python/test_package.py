@@ -1,7 +1,11 @@
 """The Python package: solve(), pareto(), the drop-in knapsack module, errors, threads."""
 
+import importlib.metadata
 import inspect
 import json
+import os
+import pathlib
+import re
 import subprocess
 import threading
 
@@ -10,6 +14,7 @@ import pytest
 
 import remat
 import remat.knapsack
+from conftest import ROOT
 
 INSTANCE = {"memory": [2, 3, 2, 4, 1], "runtime": [1, 2, 1, 3, 2], "max_memory": 5}
 
@@ -98,6 +103,25 @@ def test_work_limit_refusal_names_python_arguments():
         remat.solve(memory, memory, 1e4, solver="dp", time_limit=1e-3, max_planner_bytes=1 << 40)
     assert isinstance(caught.value, remat.WorkLimitError)
     assert str(caught.value).endswith('; use solver="exact"') and "--" not in str(caught.value)
+
+
+def test_one_version_everywhere():
+    declared = re.search(r"project\(remat VERSION ([0-9.]+)", (ROOT / "CMakeLists.txt").read_text())
+    assert remat.__version__ == declared.group(1)
+    assert importlib.metadata.version("remat") == remat.__version__
+
+
+def test_the_package_under_test_is_installed_not_the_source_tree():
+    # ./dev test installs the package (pip install .); ./dev test-wheel installs the wheel into a
+    # fresh environment and names it in REMAT_INSTALLED_PREFIX.
+    here = pathlib.Path(remat.__file__).resolve()
+    assert ROOT / "python" not in here.parents, here
+    prefix = os.environ.get("REMAT_INSTALLED_PREFIX")
+    if prefix:
+        assert pathlib.Path(prefix).resolve() in here.parents, here
+        assert str(ROOT / "python") not in [
+            str(pathlib.Path(p).resolve()) for p in __import__("sys").path if p
+        ]
 
 
 def test_threads_solve_concurrently_with_identical_results():
