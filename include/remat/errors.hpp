@@ -5,6 +5,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace remat {
 
@@ -39,5 +40,15 @@ class WorkLimitError : public ResourceLimitError {
  public:
   using ResourceLimitError::ResourceLimitError;
 };
+
+// Messages that suggest another setting (the resource-limit errors) name the caller's options in a
+// neutral form, "{name}" or "{name=value}": "use {solver=exact} (or raise {max_planner_bytes})".
+// Each edge words them its own way before showing the message:
+//   kCommandLine  "use --solver exact (or raise --max-planner-bytes)"
+//   kPython       "use solver=\"exact\" (or raise max_planner_bytes=)"
+// Only lower-case names, digits and underscores inside the braces form an option; any other text
+// is left as it is.
+enum class OptionStyle { kCommandLine, kPython };
+std::string word_options(std::string_view message, OptionStyle style);
 
 }  // namespace remat

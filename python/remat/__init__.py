@@ -12,10 +12,10 @@ the C++ core (``remat._core``); this package is the thin layer that reaches PyTo
 """
 
 from ._core import InputError, InvalidSchedule, PlannerMemoryError, WorkLimitError
+from ._core import __version__  # the project() version in CMakeLists.txt, as `remat --version`
 from . import knapsack
 from ._solve import SOLVERS, ParetoFront, Result, pareto, solve
 
-__version__ = "0.1.0"
 __all__ = [
     "InputError",
     "InvalidSchedule",

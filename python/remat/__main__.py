@@ -6,10 +6,36 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import pathlib
 import sys
 
 from ._solve import pareto
-from .plot import plot_pareto
+
+
+class _PlotError(Exception):
+    """A reason the image cannot be written, stated for the user."""
+
+
+def _check_image_path(image: str) -> None:
+    """Refuses, before any work, a format matplotlib cannot write or a folder that is not there."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as error:
+        raise _PlotError(f"plot: needs matplotlib ({error}); pip install matplotlib") from None
+    formats = sorted(Figure().canvas.get_supported_filetypes())
+    suffix = pathlib.Path(image).suffix.lower().lstrip(".")
+    if suffix not in formats:
+        problem = f"unsupported image format '.{suffix}'" if suffix else "no image extension"
+        choices = ", ".join("." + f for f in formats)
+        raise _PlotError(f"plot: cannot write {image!r}: {problem} (use one of {choices})")
+    folder = pathlib.Path(image).parent
+    if not folder.exists():
+        raise _PlotError(f"plot: cannot write {image!r}: no folder {str(folder)!r}")
+    if not folder.is_dir():
+        raise _PlotError(f"plot: cannot write {image!r}: {str(folder)!r} is not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise _PlotError(f"plot: cannot write {image!r}: folder {str(folder)!r} is not writable")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,14 +48,23 @@ def main(argv: list[str] | None = None) -> int:
     curve.add_argument("instance", nargs="?", default="-")
     args = parser.parse_args(argv)
     try:
+        _check_image_path(args.plot)
         text = sys.stdin.read() if args.instance == "-" else open(args.instance).read()
         data = json.loads(text)
         memory, runtime, budget = data["memory"], data["runtime"], data["max_memory"]
         # The curve runs on to the total memory, so the budget is seen inside it.
         total = sum(m for m in memory if isinstance(m, (int, float)))
-        front = pareto(memory, runtime, max(budget, total) if isinstance(budget, (int, float)) else budget, scale=args.scale)
-        plot_pareto(front, args.plot, budget=budget, title=args.title)
-    except (OSError, ValueError, TypeError, KeyError) as error:
+        limit = max(budget, total) if isinstance(budget, (int, float)) else budget
+        front = pareto(memory, runtime, limit, scale=args.scale)
+        from .plot import plot_pareto
+
+        try:
+            plot_pareto(front, args.plot, budget=budget, title=args.title)
+        except OSError as error:
+            raise _PlotError(
+                f"plot: cannot write {args.plot!r}: {error.strerror or error}"
+            ) from None
+    except (_PlotError, OSError, ValueError, TypeError, KeyError) as error:
         message = f"{error.args[0]}: missing" if isinstance(error, KeyError) else str(error)
         print(f"error: {message}", file=sys.stderr)
         return 2

@@ -12,6 +12,10 @@
 #include "remat/errors.hpp"
 #include "remat/knapsack.hpp"
 
+#ifndef REMAT_VERSION
+#error "REMAT_VERSION must be defined (CMakeLists.txt passes the project version)"
+#endif
+
 namespace nb = nanobind;
 using namespace nb::literals;
 
@@ -205,10 +209,26 @@ std::tuple<std::int64_t, double> eager_evaluate(std::int64_t input_bytes,
 
 NB_MODULE(_core, m) {
   m.doc() = "remat's C++ core: exact knapsack solvers and chain checkpointing planners";
+  m.attr("__version__") = REMAT_VERSION;
   nb::exception<remat::InputError>(m, "InputError", PyExc_ValueError);
-  nb::exception<remat::PlannerMemoryError>(m, "PlannerMemoryError", PyExc_MemoryError);
-  nb::exception<remat::WorkLimitError>(m, "WorkLimitError", PyExc_TimeoutError);
+  static nb::exception<remat::PlannerMemoryError> planner_memory_error(m, "PlannerMemoryError",
+                                                                       PyExc_MemoryError);
+  static nb::exception<remat::WorkLimitError> work_limit_error(m, "WorkLimitError",
+                                                               PyExc_TimeoutError);
   nb::exception<remat::chain::InvalidSchedule>(m, "InvalidSchedule", PyExc_ValueError);
+  // Registered last, so tried first: the resource-limit messages suggest other settings, named
+  // as Python's arguments (solver="exact", max_planner_bytes=) rather than the CLI's flags.
+  nb::register_exception_translator([](const std::exception_ptr& error, void*) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const remat::PlannerMemoryError& e) {
+      const std::string text = remat::word_options(e.what(), remat::OptionStyle::kPython);
+      PyErr_SetString(planner_memory_error.ptr(), text.c_str());
+    } catch (const remat::WorkLimitError& e) {
+      const std::string text = remat::word_options(e.what(), remat::OptionStyle::kPython);
+      PyErr_SetString(work_limit_error.ptr(), text.c_str());
+    }
+  });
 
   m.def("solve", &solve, "memory"_a, "runtime"_a, "max_memory"_a, "solver"_a, "scale"_a,
         "time_limit"_a.none(), "max_planner_bytes"_a);

@@ -11,6 +11,10 @@ torch calls a custom solver as ``solver(memory, joint_graph, max_memory, node_in
 all_recomputable_banned_nodes)`` and does not pass the runtimes; the adapter computes them with
 torch's own ``estimate_runtime`` (which honours ``activation_memory_budget_runtime_estimator``),
 the same function torch uses to build the runtimes it gives its built-in solvers.
+
+Torch versions: ``use()`` and :class:`RematKnapsackSolver` need torch >= 2.11, the first release
+with ``torch._inductor.custom_graph_pass.CustomKnapsackSolver``; on an older torch this module
+still imports, eager checkpointing works, and ``use()`` raises a RuntimeError saying so.
 """
 
 from __future__ import annotations
@@ -23,11 +27,28 @@ from typing import Any, Iterator
 import torch
 import torch._functorch.config as functorch_config
 from torch._functorch import partitioners
-from torch._inductor.custom_graph_pass import CustomKnapsackSolver
 
 from . import __version__
 from ._solve import SOLVERS, Result, solve
 from .eager import distributed as _distributed
+
+try:
+    from torch._inductor.custom_graph_pass import CustomKnapsackSolver
+except ImportError:  # torch < 2.11: eager checkpointing only
+    CustomKnapsackSolver = None
+
+#: The first torch whose partitioner takes a CustomKnapsackSolver (pytorch/pytorch#171601).
+COMPILE_MIN_TORCH = "2.11"
+
+
+def _require_custom_knapsack_solver() -> None:
+    if CustomKnapsackSolver is None:
+        raise RuntimeError(
+            f"remat.torch.use() needs torch >= {COMPILE_MIN_TORCH}, the first with "
+            "torch._inductor.custom_graph_pass.CustomKnapsackSolver, through which torch.compile's "
+            f"partitioner takes another knapsack solver; this is torch {torch.__version__}. "
+            "Eager checkpointing (auto_checkpoint, checkpoint_sequential, plan) works on it."
+        )
 
 
 class _torch_dispatch_enabled:
@@ -68,10 +89,11 @@ def node_runtimes(nodes: list[Any]) -> list[float]:
         return [float(partitioners.estimate_runtime(node)) for node in nodes]
 
 
-class RematKnapsackSolver(CustomKnapsackSolver):
+class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
     """A CustomKnapsackSolver backed by remat; its uuid() keeps the AOTAutograd cache working."""
 
     def __init__(self, solver: str = "exact", *, time_limit: float | None = None) -> None:
+        _require_custom_knapsack_solver()
         if solver not in SOLVERS:
             raise ValueError(
                 f"solver: unknown solver '{solver}' (expected one of {', '.join(SOLVERS)})"
@@ -143,6 +165,7 @@ from .saved_memory import SavedTensorMeter  # noqa: E402
 
 __all__ = [
     "AutoCheckpoint",
+    "COMPILE_MIN_TORCH",
     "LayerProfile",
     "Measurement",
     "Plan",

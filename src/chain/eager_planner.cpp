@@ -438,7 +438,7 @@ Plan plan(const Profile& profile, std::int64_t budget_bytes, std::int64_t slots,
   if (program.table_bytes() > max_planner_bytes) {
     throw PlannerMemoryError("eager planner: the table needs " +
                              text::integer(program.table_bytes()) + " bytes, over the cap of " +
-                             text::integer(max_planner_bytes) + "; use fewer slots");
+                             text::integer(max_planner_bytes) + "; lower {slots}");
   }
   program.solve();
   if (!program.feasible()) return least;  // rounding lost the few plans that fit

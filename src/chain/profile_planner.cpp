@@ -10,11 +10,12 @@
 //               where the forward s+1..j needs w_s + max(w_{s+1..j}) <= m.
 //   F(s, m):    the same during the first pass, whose forward is free:
 //               F(s, m) = min( R(s, n, m), min_j F(j, m - w_s) + R(s, j, m) ).
-// Memory is counted in units u = ceil(budget / slots), raised to a multiple of the sizes' greatest
-// common divisor, with every size rounded up, so a plan fits the true budget (and the program is
-// exact when u equals that divisor); it is optimal among schedules whose rounded sizes fit (so at
-// least as good as the true optimum for budget - n u). With one byte per activation and slots >=
-// budget, u = 1 and the program is exact; it then reproduces the unit model's optimum (tested).
+// Memory is counted in units u = floor(budget / slots), or the sizes' greatest common divisor D
+// when u would be no more than D (then every size is a whole number of units and the program is
+// exact in bytes), with every size rounded up, so a plan fits the true budget; it is optimal among
+// schedules whose rounded sizes fit (so at least as good as the true optimum for budget - n u).
+// With one byte per activation and slots >= budget, u = 1 and the program is exact; it then
+// reproduces the unit model's optimum (tested).
 //
 // Time O(n^3 C / 6) for C = budget / u units (each R row is cut at the segment's total size);
 // memory n (n + 1) / 2 rows of C + 1 doubles for R plus n rows for F, accounted before the
@@ -39,14 +40,17 @@ class ProfileProgram {
  public:
   ProfileProgram(const ChainProfile& profile, std::int64_t budget, std::int64_t slots)
       : n_(profile.layers()) {
-    // Units are a multiple of the sizes' common divisor, so rounding is exact whenever the budget
-    // needs no more than `slots` of those (tensor sizes share large powers of two).
-    std::int64_t divisor = 0;
-    for (std::int64_t b : profile.activation_bytes) divisor = std::gcd(divisor, b);
-    unit_ = std::max<std::int64_t>(1, (budget + slots - 1) / slots);
-    if (divisor > 1) unit_ = divisor * ((unit_ + divisor - 1) / divisor);
+    // `slots` units of floor(budget / slots) bytes, unless the sizes' common divisor is at least
+    // that: then it is the unit, and rounding is exact (tensor sizes share large powers of two).
+    for (std::int64_t b : profile.activation_bytes) divisor_ = std::gcd(divisor_, b);
+    divisor_ = std::max<std::int64_t>(divisor_, 1);
+    const std::int64_t share = budget / slots;
+    unit_ = share <= divisor_ ? divisor_ : share;
     capacity_ = budget / unit_;
-    for (std::int64_t b : profile.activation_bytes) weight_.push_back((b + unit_ - 1) / unit_);
+    for (std::int64_t b : profile.activation_bytes) {
+      weight_.push_back((b + unit_ - 1) / unit_);
+      exact_ = exact_ && b % unit_ == 0;
+    }
     time_prefix_.assign(static_cast<std::size_t>(n_) + 1, 0.0);
     for (std::int64_t i = 1; i <= n_; ++i) {
       time_prefix_[static_cast<std::size_t>(i)] = time_prefix_[static_cast<std::size_t>(i - 1)] +
@@ -72,14 +76,8 @@ class ProfileProgram {
   double best() const { return f(0)[static_cast<std::size_t>(capacity_)]; }
   std::int64_t unit() const { return unit_; }
   std::int64_t capacity() const { return capacity_; }
-
-  // Least units with a finite F(0, m); -1 when none up to the capacity.
-  std::int64_t least_feasible_units() const {
-    for (std::int64_t m = 0; m <= capacity_; ++m) {
-      if (f(0)[static_cast<std::size_t>(m)] < kInf) return m;
-    }
-    return -1;
-  }
+  std::int64_t divisor() const { return divisor_; }
+  bool exact() const { return exact_; }
 
   void emit(const ActionSink& sink) const {
     struct Task {
@@ -203,7 +201,8 @@ class ProfileProgram {
   }
 
   std::int64_t n_;
-  std::int64_t unit_ = 1, capacity_ = 0;
+  std::int64_t unit_ = 1, capacity_ = 0, divisor_ = 0;
+  bool exact_ = true;
   std::vector<std::int64_t> weight_;
   std::vector<double> time_prefix_;
   std::vector<double> r_, f_;
@@ -222,19 +221,23 @@ ProfilePlan plan_profile(const ChainProfile& profile, std::int64_t budget_bytes,
                              " bytes for " + text::integer(profile.layers()) + " layers and " +
                              text::integer(program.capacity()) + " memory units, over the cap of " +
                              text::integer(max_planner_bytes) +
-                             "; use fewer --slots (or raise --max-planner-bytes)");
+                             "; lower {slots} (or raise {max_planner_bytes})");
   }
   program.solve();
   if (!(program.best() < kInf)) {
-    const std::int64_t least = program.least_feasible_units();
+    // F(0, m) only falls as m grows, so nothing fits in fewer units either.
     std::string detail = "no schedule fits in " + text::integer(budget_bytes) + " bytes";
-    if (least < 0) {
-      std::int64_t largest = 0;
-      for (std::size_t i = 1; i < profile.activation_bytes.size(); ++i) {
-        largest = std::max(largest, profile.activation_bytes[i - 1] + profile.activation_bytes[i]);
-      }
+    std::int64_t largest = 0;
+    for (std::size_t i = 1; i < profile.activation_bytes.size(); ++i) {
+      largest = std::max(largest, profile.activation_bytes[i - 1] + profile.activation_bytes[i]);
+    }
+    if (largest > budget_bytes) {
       detail += "; every schedule needs at least " + text::integer(largest) +
                 " bytes (an input and an output of one layer held together)";
+    } else if (!program.exact()) {
+      detail += " with sizes rounded up to units of " + text::integer(program.unit()) +
+                " bytes (the budget holds " + text::integer(program.capacity()) +
+                "); more slots count sizes more finely";
     }
     throw InputError("budget", std::nullopt, detail);
   }
@@ -247,6 +250,8 @@ ProfilePlan plan_profile(const ChainProfile& profile, std::int64_t budget_bytes,
   plan.simulation = simulator.finish();
   plan.unit_bytes = program.unit();
   plan.slots = program.capacity();
+  plan.divisor_bytes = program.divisor();
+  plan.exact = program.exact();
   plan.predicted_recompute_time = program.best();
   return plan;
 }

@@ -34,9 +34,9 @@ json action_json(const chain::Action& a) {
 
 struct ChainOptions {
   std::string profile;
-  std::optional<std::int64_t> budget;
+  std::optional<std::string> budget;
   std::optional<std::int64_t> slots;
-  std::size_t max_planner_bytes = 0;
+  std::optional<std::string> max_planner_bytes;
   std::int64_t layers = 0;
   std::string strategy;
   std::int64_t every = 0;
@@ -68,28 +68,48 @@ void print_chain(json out, const chain::Simulation& sim, double seconds, json ac
   std::cout << out.dump() << "\n";
 }
 
+// Why the planner counts a number of units other than the --slots asked for.
+std::string slots_note(std::int64_t requested, std::int64_t budget,
+                       const chain::ProfilePlan& plan) {
+  const std::string asked = std::to_string(requested) + " slots requested; ";
+  if (plan.slots < requested) {
+    return asked + std::to_string(plan.slots) + " units of " + std::to_string(plan.unit_bytes) +
+           " bytes, the sizes' greatest common divisor, already plan exactly in bytes, and more "
+           "units would not change the plan";
+  }
+  return asked + "units of floor(" + std::to_string(budget) + " / " + std::to_string(requested) +
+         ") = " + std::to_string(plan.unit_bytes) + " bytes, of which the budget holds " +
+         std::to_string(plan.slots);
+}
+
 void run_profile(const ChainOptions& o) {
+  const std::optional<std::int64_t> budget = option_bytes(o.budget, "budget");
+  const std::int64_t max_planner_bytes =
+      option_bytes(o.max_planner_bytes, "max_planner_bytes").value_or(0);
   const chain::ChainProfile profile = io::read_profile(read_input(o.profile));
   profile.validate();
-  const std::size_t cap = o.max_planner_bytes ? o.max_planner_bytes : default_max_planner_bytes();
+  const std::size_t cap =
+      max_planner_bytes ? static_cast<std::size_t>(max_planner_bytes) : default_max_planner_bytes();
   json actions = json::array();
   const auto collect = [&](const chain::Action& a) { actions.push_back(action_json(a)); };
   const auto start = std::chrono::steady_clock::now();
   json out{{"layers", profile.layers()}};
   chain::Simulation sim;
-  if (o.budget) {
+  if (budget) {
     if (!o.strategy.empty() || o.every != 0 || o.memory || o.max_recompute) {
       throw InputError("budget", std::nullopt,
                        "--budget plans the optimal schedule; drop --strategy, --every, --memory");
     }
-    const std::int64_t slots = o.slots ? *o.slots : auto_slots(profile.layers(), *o.budget, cap);
+    const std::int64_t slots = o.slots ? *o.slots : auto_slots(profile.layers(), *budget, cap);
     const chain::ProfilePlan plan = chain::plan_profile(
-        profile, *o.budget, slots, cap, o.schedule ? chain::ActionSink(collect) : nullptr);
+        profile, *budget, slots, cap, o.schedule ? chain::ActionSink(collect) : nullptr);
     sim = plan.simulation;
     out["strategy"] = "optimal";
-    out["budget"] = *o.budget;
+    out["budget"] = *budget;
     out["unit_bytes"] = plan.unit_bytes;
     out["slots"] = plan.slots;
+    out["exact"] = plan.exact;
+    if (o.slots && plan.slots != *o.slots) out["slots_note"] = slots_note(*o.slots, *budget, plan);
     out["predicted_recompute_time"] = plan.predicted_recompute_time;
   } else {
     if (o.slots) throw InputError("slots", std::nullopt, "applies to --budget");
@@ -125,12 +145,14 @@ Command add_chain(CLI::App& app) {
   auto* profile = sub->add_option("--profile", o->profile,
                                   "Heterogeneous chain: JSON with input_bytes and layers[]");
   profile->excludes(layers);
-  sub->add_option("--budget", o->budget, "With --profile: memory budget in bytes (optimal plan)");
+  sub->add_option("--budget", o->budget,
+                  "With --profile: memory budget in bytes, e.g. 2GiB or 1.5GB (optimal plan)");
   sub->add_option("--slots", o->slots,
-                  "With --profile: memory units of the planner (default: up to 512, as the "
-                  "planner-memory cap allows)");
+                  "With --profile: memory units of floor(budget / slots) bytes, or the sizes' "
+                  "common divisor when that is larger (default: up to 512, as the planner-memory "
+                  "cap allows)");
   sub->add_option("--max-planner-bytes", o->max_planner_bytes,
-                  "Cap on the planner's table (default: half of physical RAM)");
+                  "Cap on the planner's table, e.g. 8GiB (default: half of physical RAM)");
   auto* strategy =
       sub->add_option("--strategy", o->strategy, "store-all | store-first | sqrt | optimal");
   auto* every = sub->add_option("--every", o->every, "A checkpoint every S layers");
@@ -141,8 +163,9 @@ Command add_chain(CLI::App& app) {
   sub->add_flag("--schedule", o->schedule, "Also print the action list");
   return [=] {
     if (!o->profile.empty()) return run_profile(*o);
-    if (o->budget || o->slots) {
-      throw InputError("budget", std::nullopt, "--budget and --slots apply to --profile");
+    if (o->budget || o->slots || o->max_planner_bytes) {
+      throw InputError("budget", std::nullopt,
+                       "--budget, --slots and --max-planner-bytes apply to --profile");
     }
     if (o->layers < 1)
       throw InputError("layers", std::nullopt, "must be at least 1 (give --layers or --profile)");

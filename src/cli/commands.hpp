@@ -3,7 +3,10 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <functional>
+#include <optional>
+#include <stdexcept>
 #include <string>
 
 namespace remat::cli {
@@ -19,7 +22,24 @@ Command add_estimate(CLI::App& app);
 Command add_eager(CLI::App& app);
 
 // Reads FILE, or standard input for "-" or an empty name. Throws InputError("input") when the
-// file cannot be read.
+// file cannot be read or is a directory.
 std::string read_input(const std::string& path);
+
+// A byte count given on the command line ("30MB", "1.5GiB", "2147483648"), read as the Python
+// package reads memory budgets (io::parse_bytes); nullopt when the option was not given.
+std::optional<std::int64_t> option_bytes(const std::optional<std::string>& text,
+                                         const std::string& field);
+
+// A failure whose message is complete as it is: main() prints "error: " + what() and exits with
+// exit_code() (used when a child process has already said what went wrong).
+class CommandError : public std::runtime_error {
+ public:
+  CommandError(int exit_code, const std::string& message)
+      : std::runtime_error(message), exit_code_(exit_code) {}
+  int exit_code() const { return exit_code_; }
+
+ private:
+  int exit_code_;
+};
 
 }  // namespace remat::cli

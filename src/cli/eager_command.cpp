@@ -20,22 +20,24 @@ using nlohmann::json;
 
 struct EagerOptions {
   std::string profile;
-  std::optional<std::int64_t> budget;
+  std::optional<std::string> budget;
   std::optional<std::int64_t> slots;
-  std::size_t max_planner_bytes = 0;
+  std::optional<std::string> max_planner_bytes;
 };
 
 void run(const EagerOptions& o) {
-  const eager::Profile profile = io::read_eager_profile(read_input(o.profile));
+  const std::optional<std::int64_t> budget = option_bytes(o.budget, "budget");
+  const std::int64_t max_planner_bytes =
+      option_bytes(o.max_planner_bytes, "max_planner_bytes").value_or(0);
   if (o.slots && *o.slots < 1) throw InputError("slots", std::nullopt, "must be >= 1");
-  if (o.budget && *o.budget < 0) throw InputError("budget", std::nullopt, "must be >= 0");
+  const eager::Profile profile = io::read_eager_profile(read_input(o.profile));
   const auto start = std::chrono::steady_clock::now();
   const eager::Plan plan =
-      o.budget
-          ? eager::plan(profile, *o.budget,
-                        o.slots ? *o.slots : eager::default_slots(profile.layers.size()),
-                        o.max_planner_bytes ? o.max_planner_bytes : default_max_planner_bytes())
-          : eager::minimum_memory_plan(profile);
+      budget ? eager::plan(profile, *budget,
+                           o.slots ? *o.slots : eager::default_slots(profile.layers.size()),
+                           max_planner_bytes ? static_cast<std::size_t>(max_planner_bytes)
+                                             : default_max_planner_bytes())
+             : eager::minimum_memory_plan(profile);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   json regions = json::array();
@@ -53,7 +55,7 @@ void run(const EagerOptions& o) {
            {"runs", runs},
            {"unit_bytes", plan.unit_bytes},
            {"seconds", seconds}};
-  if (o.budget) out["budget"] = *o.budget;
+  if (budget) out["budget"] = *budget;
   std::cout << out.dump() << "\n";
 }
 
@@ -66,11 +68,11 @@ Command add_eager(CLI::App& app) {
   sub->add_option("profile", o->profile,
                   "JSON from remat.torch.Profile.to_json() (FILE, or - for standard input)");
   sub->add_option("--budget", o->budget,
-                  "Saved-activation budget in bytes: the least recompute that fits (without it: "
-                  "the least-memory plan)");
+                  "Saved-activation budget in bytes, e.g. 30MB or 1.5GiB: the least recompute "
+                  "that fits (without it: the least-memory plan)");
   sub->add_option("--slots", o->slots, "Memory units of the planner (default: by chain length)");
   sub->add_option("--max-planner-bytes", o->max_planner_bytes,
-                  "Cap on the planner's table (default: half of physical RAM)");
+                  "Cap on the planner's table, e.g. 8GiB (default: half of physical RAM)");
   return [=] { run(*o); };
 }
 

@@ -1,4 +1,5 @@
 // `remat solve` and `remat pareto`.
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <sstream>
 
 #include "cli/commands.hpp"
+#include "io/byte_units.hpp"
 #include "io/json_io.hpp"
 #include "remat/errors.hpp"
 #include "remat/knapsack.hpp"
@@ -21,6 +23,11 @@ std::string read_input(const std::string& path) {
   if (path.empty() || path == "-") {
     return std::string(std::istreambuf_iterator<char>(std::cin), {});
   }
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    throw InputError("input", std::nullopt,
+                     "'" + path + "' is a directory; give a JSON file, or - for standard input");
+  }
   std::ifstream file(path, std::ios::binary);
   if (!file) throw InputError("input", std::nullopt, "cannot open '" + path + "'");
   std::ostringstream text;
@@ -28,19 +35,30 @@ std::string read_input(const std::string& path) {
   return text.str();
 }
 
+std::optional<std::int64_t> option_bytes(const std::optional<std::string>& text,
+                                         const std::string& field) {
+  if (!text) return std::nullopt;
+  return io::parse_bytes(*text, field);
+}
+
 namespace {
 
 struct CommonOptions {
   std::string file;
   double scale = kDefaultScale;
-  std::size_t max_planner_bytes = 0;
+  std::optional<std::string> max_planner_bytes;
 };
 
 void add_common(CLI::App* sub, CommonOptions& o) {
   sub->add_option("--scale", o.scale, "Quanta per unit of memory (torch uses 10000)");
   sub->add_option("--max-planner-bytes", o.max_planner_bytes,
-                  "Cap on the solver's working memory (default: half of physical RAM)");
+                  "Cap on the solver's working memory, e.g. 8GiB (default: half of physical RAM)");
   sub->add_option("file", o.file, "Instance JSON file, or - for standard input");
+}
+
+std::size_t planner_bytes(const CommonOptions& o) {
+  return static_cast<std::size_t>(
+      option_bytes(o.max_planner_bytes, "max_planner_bytes").value_or(0));
 }
 
 std::string shell_quote(const std::string& text) {
@@ -49,8 +67,38 @@ std::string shell_quote(const std::string& text) {
   return quoted + "'";
 }
 
+// The interpreter that runs the plot: $REMAT_PYTHON, else the python3 installed next to this
+// executable (pip puts both in the same scripts directory, so that one has the package), else
+// python3 on PATH.
+std::string python_interpreter() {
+  if (const char* named = std::getenv("REMAT_PYTHON"); named != nullptr && *named != '\0') {
+    return named;
+  }
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (!error) {
+    const std::filesystem::path sibling = self.parent_path() / "python3";
+    if (std::filesystem::exists(sibling, error)) return sibling.string();
+  }
+  return "python3";
+}
+
+std::string last_line(const std::string& text) {
+  const std::size_t end = text.find_last_not_of("\r\n");
+  if (end == std::string::npos) return "";
+  const std::size_t newline = text.rfind('\n', end);
+  const std::size_t start = newline == std::string::npos ? 0 : newline + 1;
+  return text.substr(start, end + 1 - start);
+}
+
+std::filesystem::path temporary_path(const std::string& suffix) {
+  return std::filesystem::temp_directory_path() /
+         ("remat-plot-" + std::to_string(::getpid()) + suffix);
+}
+
 // Plotting lives in the Python package (matplotlib); the instance is validated here first, so
-// bad input gets the same error and exit code as without --plot.
+// bad input gets the same error and exit code as without --plot. The child's error line (a format
+// matplotlib cannot write, a path that cannot be written) becomes this command's, exit code 2.
 void plot_through_python(const CommonOptions& o, const std::string& image) {
   const std::string text = read_input(o.file);
   quantize([&] {
@@ -61,24 +109,41 @@ void plot_through_python(const CommonOptions& o, const std::string& image) {
   std::string path = o.file;
   std::string temporary;
   if (path.empty() || path == "-") {
-    temporary = (std::filesystem::temp_directory_path() /
-                 ("remat-plot-" + std::to_string(::getpid()) + ".json"))
-                    .string();
+    temporary = temporary_path(".json").string();
     std::ofstream(temporary) << text;
     path = temporary;
   }
+  const std::string errors = temporary_path(".err").string();
   std::ostringstream scale;
   scale.precision(17);
   scale << o.scale;
-  const std::string command = "python3 -m remat pareto --plot " + shell_quote(image) + " --scale " +
-                              scale.str() + " " + shell_quote(path);
+  const std::string python = python_interpreter();
+  const std::string command = shell_quote(python) + " -m remat pareto --plot " +
+                              shell_quote(image) + " --scale " + scale.str() + " " +
+                              shell_quote(path) + " 2>" + shell_quote(errors);
   std::cout.flush();
   const int status = std::system(command.c_str());
   if (!temporary.empty()) std::filesystem::remove(temporary);
-  if (status != 0) {
-    throw std::runtime_error("plot: '" + command +
-                             "' failed; is the Python package installed (pip install .)?");
+  std::string said;
+  {
+    std::ifstream file(errors);
+    std::ostringstream content;
+    content << file.rdbuf();
+    said = last_line(content.str());
   }
+  std::filesystem::remove(errors);
+  const int code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (code == 0) return;
+  const std::string prefix = "error: ";
+  if (code == 2 && said.rfind(prefix, 0) == 0) throw CommandError(2, said.substr(prefix.size()));
+  if (code == 127 || said.find("No module named") != std::string::npos) {
+    throw CommandError(2, "plot: --plot draws through the remat Python package, and '" + python +
+                              " -m remat' cannot run (" + (said.empty() ? "not found" : said) +
+                              "); install the package (pip install remat) or set REMAT_PYTHON "
+                              "to an interpreter that has it");
+  }
+  throw CommandError(1, "internal: plot: '" + python + " -m remat pareto --plot' failed (exit " +
+                            std::to_string(code) + (said.empty() ? "" : ": " + said) + ")");
 }
 
 KnapsackProblem load_problem(const CommonOptions& o) {
@@ -102,7 +167,7 @@ Command add_solve(CLI::App& app) {
     SolveOptions options;
     options.solver = parse_solver(*solver);
     options.time_limit_seconds = *time_limit;
-    options.max_planner_bytes = common->max_planner_bytes;
+    options.max_planner_bytes = planner_bytes(*common);
     const KnapsackProblem problem = load_problem(*common);
     std::cout << io::result_json(solve(problem, options)) << "\n";
   };
@@ -125,7 +190,7 @@ Command add_pareto(CLI::App& app) {
       return;
     }
     const KnapsackProblem problem = load_problem(*common);
-    const std::vector<ParetoPoint> front = pareto_front(problem, common->max_planner_bytes);
+    const std::vector<ParetoPoint> front = pareto_front(problem, planner_bytes(*common));
     if (*points == 0) {
       std::cout << io::pareto_json(problem, front) << "\n";
       return;

@@ -5,15 +5,42 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <new>
+#include <string>
 #include <vector>
 
 #include "cli/commands.hpp"
 #include "remat/errors.hpp"
 
+#ifndef REMAT_VERSION
+#error "REMAT_VERSION must be defined (CMakeLists.txt passes the project version)"
+#endif
+
+namespace {
+
+std::string command_list(const CLI::App& app) {
+  std::string names;
+  for (const CLI::App* sub : app.get_subcommands({})) {
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+  }
+  return names;
+}
+
+// The first argument, when it is meant as a command but names none.
+bool is_unknown_command(const CLI::App& app, const std::string& arg) {
+  if (arg.empty() || arg[0] == '-') return false;
+  for (const CLI::App* sub : app.get_subcommands({})) {
+    if (sub->get_name() == arg) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"remat: exact activation-checkpointing planners (knapsack and chain)", "remat"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Help for every subcommand");
+  app.set_version_flag("--version", std::string("remat ") + REMAT_VERSION);
   std::vector<std::pair<CLI::App*, remat::cli::Command>> commands;
   auto add = [&](remat::cli::Command (*adder)(CLI::App&)) {
     const std::size_t before = app.get_subcommands({}).size();
@@ -27,11 +54,23 @@ int main(int argc, char** argv) {
   add(remat::cli::add_chain);
   add(remat::cli::add_estimate);
   add(remat::cli::add_eager);
+  if (argc < 2) {
+    std::cerr << "error: give a command: " << command_list(app)
+              << " (remat --help describes them)\n";
+    return 2;
+  }
+  if (is_unknown_command(app, argv[1])) {
+    std::cerr << "error: unknown command '" << argv[1] << "'; the commands are "
+              << command_list(app) << " (remat --help describes them)\n";
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::cerr << "error: " << e.what() << "\n";
@@ -41,11 +80,15 @@ int main(int argc, char** argv) {
     for (auto& [sub, run] : commands) {
       if (sub->parsed()) run();
     }
+  } catch (const remat::cli::CommandError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return e.exit_code();
   } catch (const remat::InputError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 2;
   } catch (const remat::ResourceLimitError& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << "error: " << remat::word_options(e.what(), remat::OptionStyle::kCommandLine)
+              << "\n";
     return 3;
   } catch (const std::bad_alloc&) {
     std::cerr << "error: out of memory\n";

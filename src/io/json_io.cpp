@@ -126,11 +126,35 @@ std::pair<json, json> profile_document(std::string_view text) {
   return {std::move(root), std::move(array)};
 }
 
+// A profile of the other format is named as such, rather than reported as a missing field: chain
+// profiles' layers have activation_bytes, eager profiles' saved_bytes and output_bytes.
+bool has_key(const json& layer, const char* key) {
+  return layer.is_object() && layer.find(key) != layer.end();
+}
+
+bool looks_like_chain_profile(const json& layers) {
+  const json& first = layers.front();
+  return has_key(first, "activation_bytes") && !has_key(first, "saved_bytes") &&
+         !has_key(first, "output_bytes");
+}
+
+bool looks_like_eager_profile(const json& layers) {
+  const json& first = layers.front();
+  return !has_key(first, "activation_bytes") &&
+         (has_key(first, "saved_bytes") || has_key(first, "output_bytes"));
+}
+
 }  // namespace
 
 chain::ChainProfile read_profile(std::string_view text) {
   const auto [root, layer_array] = profile_document(text);
   const json* layers = &layer_array;
+  if (looks_like_eager_profile(*layers)) {
+    throw InputError("input", std::nullopt,
+                     "this is an eager profile (layers have saved_bytes and output_bytes); remat "
+                     "chain --profile reads chain profiles (layers with activation_bytes and "
+                     "forward_time); plan an eager profile with remat eager");
+  }
   chain::ChainProfile profile;
   profile.activation_bytes.push_back(0);
   profile.forward_time.push_back(0);
@@ -163,6 +187,13 @@ chain::ChainProfile read_profile(std::string_view text) {
 eager::Profile read_eager_profile(std::string_view text) {
   const auto [root, layer_array] = profile_document(text);
   const json* layers = &layer_array;
+  if (looks_like_chain_profile(*layers)) {
+    throw InputError("input", std::nullopt,
+                     "this is a chain profile (layers have activation_bytes); remat eager reads "
+                     "eager profiles (layers with saved_bytes, output_bytes and forward_time, as "
+                     "remat.torch.Profile.to_json() writes them); plan a chain profile with remat "
+                     "chain --profile");
+  }
   eager::Profile profile;
   const auto input = root.find("input_bytes");
   if (input == root.end()) throw InputError("input_bytes", std::nullopt, "missing");

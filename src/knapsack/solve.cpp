@@ -72,8 +72,8 @@ detail::ReducedSolution dispatch(const detail::ReducedProblem& reduced, const So
         // The state list outgrew the cap: say whether the O(W) table solver would fit instead.
         const bool table_fits = detail::sliding_hirschberg_bytes(reduced) <= memory.cap();
         throw PlannerMemoryError(std::string(e.what()) +
-                                 (table_fits ? "; use --solver sliding_hirschberg, which fits"
-                                             : "; raise --max-planner-bytes"));
+                                 (table_fits ? "; use {solver=sliding_hirschberg}, which fits"
+                                             : "; raise {max_planner_bytes}"));
       }
     }
     case Solver::kSlidingHirschberg:
@@ -98,13 +98,13 @@ void check_table_solver_fits(const detail::ReducedProblem& reduced, Solver solve
   if (solver == Solver::kDp) need = detail::full_table_bytes(reduced);
   if (solver == Solver::kSlidingHirschberg) need = detail::sliding_hirschberg_bytes(reduced);
   if (need <= cap) return;
-  std::string alternative = "exact";
+  std::string alternative = "{solver=exact}";
   if (solver == Solver::kDp && detail::sliding_hirschberg_bytes(reduced) <= cap) {
-    alternative = "sliding_hirschberg or exact";
+    alternative = "{solver=sliding_hirschberg} or {solver=exact}";
   }
   throw PlannerMemoryError(to_string(solver) + " needs " + bytes_text(need) +
-                           " of planner memory, over the cap of " + bytes_text(cap) +
-                           "; use --solver " + alternative + " (or raise --max-planner-bytes)");
+                           " of planner memory, over the cap of " + bytes_text(cap) + "; use " +
+                           alternative + " (or raise {max_planner_bytes})");
 }
 
 // The table solvers' work is n x W cells, known before they start: refuse what the time limit
@@ -120,7 +120,7 @@ void check_table_solver_time(const detail::ReducedProblem& reduced, const SolveO
     throw WorkLimitError(to_string(options.solver) + " needs about " + text::fixed(seconds, 3) +
                          " s for " + text::integer(static_cast<long long>(cells)) +
                          " table cells, over the time limit of " +
-                         text::number(*options.time_limit_seconds) + " s; use --solver exact");
+                         text::number(*options.time_limit_seconds) + " s; use {solver=exact}");
   }
 }
 

@@ -183,7 +183,8 @@ TEST(TimeLimit, TableSolversRefuseWorkTheyCannotFinishInTime) {
       solve(p, options);
       FAIL() << to_string(s) << " should refuse";
     } catch (const WorkLimitError& e) {
-      EXPECT_NE(std::string(e.what()).find("use --solver exact"), std::string::npos) << e.what();
+      // The core names options neutrally; each edge words them (word_options).
+      EXPECT_NE(std::string(e.what()).find("use {solver=exact}"), std::string::npos) << e.what();
     }
   }
   SolveOptions options;

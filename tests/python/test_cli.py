@@ -21,8 +21,17 @@ def solve(run, instance, *args):
 @pytest.mark.parametrize("solver", SOLVERS)
 def test_solve_output_fields(run, solver):
     result = solve(run, INSTANCE, "--solver", solver)
-    for key in ["solver", "status", "max_runtime", "saved", "recomputed", "memory_used",
-                "upper_bound", "seconds", "planner_peak_bytes"]:
+    for key in [
+        "solver",
+        "status",
+        "max_runtime",
+        "saved",
+        "recomputed",
+        "memory_used",
+        "upper_bound",
+        "seconds",
+        "planner_peak_bytes",
+    ]:
         assert key in result
     assert result["solver"] == solver
     assert sorted(result["saved"] + result["recomputed"]) == list(range(5))
@@ -60,7 +69,9 @@ def test_scale_changes_quantization(run):
 
 
 def test_time_limit_reports_status_and_bound(run):
-    code, out, _ = run("generate", "--family", "circle", "--n", "3000", "--seed", "1", "--range", "10000000")
+    code, out, _ = run(
+        "generate", "--family", "circle", "--n", "3000", "--seed", "1", "--range", "10000000"
+    )
     assert code == 0
     result = solve(run, json.loads(out), "--time-limit", "0.000001")
     assert result["status"] in ("time_limit", "optimal")
@@ -74,14 +85,29 @@ BAD_INPUTS = [
     ('{"runtime": [1], "max_memory": 1}', "memory: missing"),
     ('{"memory": [1], "max_memory": 1}', "runtime: missing"),
     ('{"memory": [1], "runtime": [1]}', "max_memory: missing"),
-    ('{"memory": [1, 2], "runtime": [1], "max_memory": 1}', "runtime: has 1 entries but memory has 2"),
+    (
+        '{"memory": [1, 2], "runtime": [1], "max_memory": 1}',
+        "runtime: has 1 entries but memory has 2",
+    ),
     ('{"memory": [1, NaN], "runtime": [1, 1], "max_memory": 1}', "NaN and Infinity are not JSON"),
-    ('{"memory": [1, Infinity], "runtime": [1, 1], "max_memory": 1}', "NaN and Infinity are not JSON"),
+    (
+        '{"memory": [1, Infinity], "runtime": [1, 1], "max_memory": 1}',
+        "NaN and Infinity are not JSON",
+    ),
     ('{"memory": [1, -1], "runtime": [1, 1], "max_memory": 1}', "memory[1]: is negative"),
     ('{"memory": [1], "runtime": [1], "max_memory": -1}', "max_memory: is negative"),
-    ('{"memory": [1, "a"], "runtime": [1, 1], "max_memory": 1}', "memory[1]: expected a number, got a string"),
-    ('{"memory": [1], "runtime": [null], "max_memory": 1}', "runtime[0]: expected a number, got null"),
-    ('{"memory": [1], "runtime": [1], "max_memory": "5"}', "max_memory: expected a number, got a string"),
+    (
+        '{"memory": [1, "a"], "runtime": [1, 1], "max_memory": 1}',
+        "memory[1]: expected a number, got a string",
+    ),
+    (
+        '{"memory": [1], "runtime": [null], "max_memory": 1}',
+        "runtime[0]: expected a number, got null",
+    ),
+    (
+        '{"memory": [1], "runtime": [1], "max_memory": "5"}',
+        "max_memory: expected a number, got a string",
+    ),
     ('{"memory": [1e300], "runtime": [1], "max_memory": 1}', "memory[0]: 1e+300 times scale"),
     ('{"memory": [1e308, 1e308], "runtime": [1, 1], "max_memory": 1}', "memory[0]"),
     ('{"memory": [1], "runtime": [1e999], "max_memory": 1}', "input: malformed JSON"),
@@ -98,19 +124,25 @@ def test_bad_input_is_one_error_line_and_exit_2(run, text, message):
     assert message in err
 
 
-@pytest.mark.parametrize("args,message", [
-    (["solve", "--solver", "ilp", "-"], "solver: unknown solver 'ilp'"),
-    (["solve", "--scale", "0", "-"], "scale: must be a positive finite number"),
-    (["solve", "--scale", "abc", "-"], "error:"),
-    (["solve", "--time-limit", "-1", "-"], "time_limit: must be a positive"),
-    (["solve", "--bogus"], "error:"),
-    (["solve", "/nonexistent/file.json"], "input: cannot open '/nonexistent/file.json'"),
-    (["pareto", "--points", "1", "-"], "points: must be at least 2"),
-    (["generate", "--family", "nope", "--n", "3", "--seed", "1"], "family: unknown family 'nope'"),
-    (["generate", "--family", "uncorrelated", "--n", "3"], "error:"),
-    ([], "error:"),
-    (["frobnicate"], "error:"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["solve", "--solver", "ilp", "-"], "solver: unknown solver 'ilp'"),
+        (["solve", "--scale", "0", "-"], "scale: must be a positive finite number"),
+        (["solve", "--scale", "abc", "-"], "error:"),
+        (["solve", "--time-limit", "-1", "-"], "time_limit: must be a positive"),
+        (["solve", "--bogus"], "error:"),
+        (["solve", "/nonexistent/file.json"], "input: cannot open '/nonexistent/file.json'"),
+        (["pareto", "--points", "1", "-"], "points: must be at least 2"),
+        (
+            ["generate", "--family", "nope", "--n", "3", "--seed", "1"],
+            "family: unknown family 'nope'",
+        ),
+        (["generate", "--family", "uncorrelated", "--n", "3"], "error:"),
+        ([], "error:"),
+        (["frobnicate"], "error:"),
+    ],
+)
 def test_usage_errors_exit_2(run, args, message):
     code, out, err = run(*args, stdin=json.dumps(INSTANCE))
     assert code == 2, err
@@ -121,7 +153,9 @@ def test_usage_errors_exit_2(run, args, message):
 
 def test_planner_memory_refusal_is_exit_3_and_names_a_solver_that_fits(run):
     _, out, _ = run("generate", "--family", "paper_scale", "--n", "100", "--seed", "1")
-    code, stdout, err = run("solve", "--solver", "dp", "--max-planner-bytes", "100000000", "-", stdin=out)
+    code, stdout, err = run(
+        "solve", "--solver", "dp", "--max-planner-bytes", "100000000", "-", stdin=out
+    )
     assert code == 3
     assert stdout == ""
     assert err.startswith("error: dp needs")
@@ -160,9 +194,19 @@ def test_pareto_evenly_spaced_points(run):
         assert result["max_runtime"] == point["max_runtime"]
 
 
-FAMILIES = ["uncorrelated", "weakly_correlated", "strongly_correlated", "inverse_strongly_correlated",
-            "almost_strongly_correlated", "subset_sum", "spanner", "profit_ceiling", "circle",
-            "torch_like", "paper_scale"]
+FAMILIES = [
+    "uncorrelated",
+    "weakly_correlated",
+    "strongly_correlated",
+    "inverse_strongly_correlated",
+    "almost_strongly_correlated",
+    "subset_sum",
+    "spanner",
+    "profit_ceiling",
+    "circle",
+    "torch_like",
+    "paper_scale",
+]
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -200,7 +244,123 @@ def test_demo_on_a_file(run, tmp_path):
 
 
 def test_table_solver_refuses_a_time_limit_it_cannot_meet(run):
-    _, instance, _ = run("generate", "--family", "paper_scale", "--n", "2000", "--seed", "1", "--budget-quanta", "1e8")
-    code, out, err = run("solve", "--solver", "dp", "--time-limit", "0.001", "--max-planner-bytes", str(1 << 40), "-", stdin=instance)
+    _, instance, _ = run(
+        "generate",
+        "--family",
+        "paper_scale",
+        "--n",
+        "2000",
+        "--seed",
+        "1",
+        "--budget-quanta",
+        "1e8",
+    )
+    code, out, err = run(
+        "solve",
+        "--solver",
+        "dp",
+        "--time-limit",
+        "0.001",
+        "--max-planner-bytes",
+        str(1 << 40),
+        "-",
+        stdin=instance,
+    )
     assert code == 3 and out == ""
     assert err.startswith("error: dp needs about") and "use --solver exact" in err
+
+
+def test_version_is_the_package_version(run):
+    import remat
+
+    code, out, err = run("--version")
+    assert (code, err) == (0, "")
+    assert out == f"remat {remat.__version__}\n"
+
+
+COMMANDS = ["solve", "pareto", "generate", "demo", "chain", "estimate", "eager"]
+
+
+@pytest.mark.parametrize(
+    "args,start",
+    [
+        (["bogus"], "error: unknown command 'bogus'; the commands are "),
+        (["bogus", "--budget", "1"], "error: unknown command 'bogus'; the commands are "),
+        ([], "error: give a command: "),
+    ],
+)
+def test_an_unknown_or_missing_command_lists_the_commands(run, args, start):
+    code, out, err = run(*args)
+    assert (code, out) == (2, "")
+    assert err.startswith(start) and err.count("\n") == 1
+    assert ", ".join(COMMANDS) in err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["solve", "{dir}"],
+        ["pareto", "{dir}"],
+        ["pareto", "--plot", "{dir}/x.png", "{dir}"],
+        ["demo", "{dir}"],
+        ["chain", "--profile", "{dir}", "--budget", "1GB"],
+        ["eager", "{dir}"],
+    ],
+)
+def test_a_directory_as_file_is_named_as_such(run, tmp_path, args):
+    code, out, err = run(*[a.format(dir=tmp_path) for a in args])
+    assert (code, out) == (2, "")
+    assert (
+        err
+        == f"error: input: '{tmp_path}' is a directory; give a JSON file, or - for standard input\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "image,reason",
+    [
+        ("x.txt", "cannot write '{dir}/x.txt': unsupported image format '.txt' (use one of "),
+        ("x", "cannot write '{dir}/x': no image extension (use one of "),
+        ("missing/x.png", "cannot write '{dir}/missing/x.png': no folder '{dir}/missing'"),
+        (
+            "instance.json/x.png",
+            "cannot write '{dir}/instance.json/x.png': '{dir}/instance.json' is not a folder",
+        ),
+    ],
+)
+def test_plot_to_a_path_it_cannot_write_says_why(run, tmp_path, image, reason):
+    instance = tmp_path / "instance.json"
+    instance.write_text(json.dumps(INSTANCE))
+    code, out, err = run("pareto", "--plot", str(tmp_path / image), str(instance))
+    assert (code, out) == (2, ""), err
+    assert err.startswith("error: plot: " + reason.format(dir=tmp_path)) and err.count("\n") == 1
+    assert not (tmp_path / image).exists()
+
+
+def test_plot_write_failure_is_the_reason(run, tmp_path):
+    # /proc exists and takes no new files: the write itself fails, and its reason is shown.
+    instance = tmp_path / "instance.json"
+    instance.write_text(json.dumps(INSTANCE))
+    code, out, err = run("pareto", "--plot", "/proc/remat-test.png", str(instance))
+    assert (code, out) == (2, "")
+    assert (
+        err.startswith("error: plot: cannot write '/proc/remat-test.png': ")
+        and err.count("\n") == 1
+    )
+
+
+def test_plot_without_the_package_says_how_to_get_it(remat_bin, tmp_path):
+    import os
+    import subprocess
+
+    instance = tmp_path / "instance.json"
+    instance.write_text(json.dumps(INSTANCE))
+    done = subprocess.run(
+        [str(remat_bin), "pareto", "--plot", str(tmp_path / "x.png"), str(instance)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "REMAT_PYTHON": str(tmp_path / "nopython")},
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith("error: plot: --plot draws through the remat Python package")
+    assert "REMAT_PYTHON" in done.stderr and done.stderr.count("\n") == 1

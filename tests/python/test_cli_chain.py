@@ -11,11 +11,21 @@ def chain(run, *args):
     return json.loads(out)
 
 
-@pytest.mark.parametrize("layers,every,memory,recompute", [
-    (16, 4, 7, 12), (16, 2, 9, None), (16, 8, 9, None), (100, 2, 51, None), (100, 5, 24, None),
-    (100, 10, 19, None), (100, 20, 24, None), (100, 50, 51, None), (10000, 100, 199, 9900),
-    (32, 4, 11, 24),
-])
+@pytest.mark.parametrize(
+    "layers,every,memory,recompute",
+    [
+        (16, 4, 7, 12),
+        (16, 2, 9, None),
+        (16, 8, 9, None),
+        (100, 2, 51, None),
+        (100, 5, 24, None),
+        (100, 10, 19, None),
+        (100, 20, 24, None),
+        (100, 50, 51, None),
+        (10000, 100, 199, 9900),
+        (32, 4, 11, 24),
+    ],
+)
 def test_every_reproduces_the_textbook(run, layers, every, memory, recompute):
     result = chain(run, "--layers", str(layers), "--every", str(every))
     assert result["strategy"] == "every"
@@ -79,20 +89,50 @@ def test_schedule_lists_actions_that_replay(run):
     assert (peak, recompute) == (result["memory"], result["recompute"])
 
 
-@pytest.mark.parametrize("args,message", [
-    (["chain", "--layers", "0", "--every", "2"], "layers: must be at least 1"),
-    (["chain", "--layers", "10", "--strategy", "best"], "strategy: unknown strategy 'best'"),
-    (["chain", "--layers", "10"], "strategy: give --strategy or --every"),
-    (["chain", "--layers", "10", "--every", "0"], "strategy: give --strategy or --every"),
-    (["chain", "--layers", "10", "--strategy", "optimal"], "needs exactly one of --memory"),
-    (["chain", "--layers", "10", "--strategy", "optimal", "--memory", "1"], "memory: no schedule of 10 layers fits in 1"),
-    (["chain", "--layers", "10", "--strategy", "sqrt", "--memory", "3"], "apply to --strategy optimal"),
-    (["chain", "--layers", "10", "--strategy", "sqrt", "--every", "3"], "error:"),
-    (["chain", "--layers", "400000", "--strategy", "store-all", "--schedule"], "that --schedule prints"),
-    (["estimate", "--layers", "32", "--batch", "32", "--seq", "1024", "--hidden", "4096", "--dtype", "fp13"], "dtype: unknown dtype 'fp13'"),
-    (["estimate", "--layers", "32", "--batch", "0", "--seq", "1", "--hidden", "1"], "batch: must be at least 1"),
-    (["estimate", "--layers", "32"], "error:"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["chain", "--layers", "0", "--every", "2"], "layers: must be at least 1"),
+        (["chain", "--layers", "10", "--strategy", "best"], "strategy: unknown strategy 'best'"),
+        (["chain", "--layers", "10"], "strategy: give --strategy or --every"),
+        (["chain", "--layers", "10", "--every", "0"], "strategy: give --strategy or --every"),
+        (["chain", "--layers", "10", "--strategy", "optimal"], "needs exactly one of --memory"),
+        (
+            ["chain", "--layers", "10", "--strategy", "optimal", "--memory", "1"],
+            "memory: no schedule of 10 layers fits in 1",
+        ),
+        (
+            ["chain", "--layers", "10", "--strategy", "sqrt", "--memory", "3"],
+            "apply to --strategy optimal",
+        ),
+        (["chain", "--layers", "10", "--strategy", "sqrt", "--every", "3"], "error:"),
+        (
+            ["chain", "--layers", "400000", "--strategy", "store-all", "--schedule"],
+            "that --schedule prints",
+        ),
+        (
+            [
+                "estimate",
+                "--layers",
+                "32",
+                "--batch",
+                "32",
+                "--seq",
+                "1024",
+                "--hidden",
+                "4096",
+                "--dtype",
+                "fp13",
+            ],
+            "dtype: unknown dtype 'fp13'",
+        ),
+        (
+            ["estimate", "--layers", "32", "--batch", "0", "--seq", "1", "--hidden", "1"],
+            "batch: must be at least 1",
+        ),
+        (["estimate", "--layers", "32"], "error:"),
+    ],
+)
 def test_chain_errors_exit_2(run, args, message):
     code, out, err = run(*args)
     assert code == 2, err
@@ -101,7 +141,19 @@ def test_chain_errors_exit_2(run, args, message):
 
 
 def test_estimate_reproduces_problem_12(run):
-    base = ["estimate", "--layers", "32", "--batch", "32", "--seq", "1024", "--hidden", "4096", "--dtype", "bf16"]
+    base = [
+        "estimate",
+        "--layers",
+        "32",
+        "--batch",
+        "32",
+        "--seq",
+        "1024",
+        "--hidden",
+        "4096",
+        "--dtype",
+        "bf16",
+    ]
     code, out, _ = run(*base)
     result = json.loads(out)
     assert (result["tensor_gib"], result["no_checkpoint_gib"]) == (0.25, 8.0)
@@ -150,31 +202,66 @@ def test_unit_profile_matches_the_unit_model(run, tmp_path):
     for memory in (2, 4, 7, 16):
         with_profile = chain(run, "--profile", path, "--budget", str(memory))
         unit = chain(run, "--layers", "16", "--strategy", "optimal", "--memory", str(memory))
-        assert (with_profile["memory_bytes"], with_profile["recompute"]) == (unit["memory"], unit["recompute"])
+        assert (with_profile["memory_bytes"], with_profile["recompute"]) == (
+            unit["memory"],
+            unit["recompute"],
+        )
         assert with_profile["recompute_time"] == unit["recompute"]
 
 
 def test_input_bytes_defaults_to_the_first_layer(run, tmp_path):
-    data = {"layers": [{"activation_bytes": 7, "forward_time": 1}, {"activation_bytes": 5, "forward_time": 1}]}
+    data = {
+        "layers": [
+            {"activation_bytes": 7, "forward_time": 1},
+            {"activation_bytes": 5, "forward_time": 1},
+        ]
+    }
     result = chain(run, "--profile", write(tmp_path, data), "--strategy", "store-all")
     assert result["memory_bytes"] == 7 + 7  # a_0 (7, defaulted) and a_1 (7)
 
 
-@pytest.mark.parametrize("data,args,message", [
-    ({"layers": []}, ["--budget", "10"], "layers: expected a non-empty array"),
-    ({}, ["--budget", "10"], "layers: missing"),
-    ({"layers": [{"forward_time": 1}]}, ["--budget", "10"], "layers[0]: activation_bytes is missing"),
-    ({"layers": [{"activation_bytes": 1}]}, ["--budget", "10"], "layers[0]: forward_time is missing"),
-    ({"layers": [{"activation_bytes": -1, "forward_time": 1}]}, ["--budget", "10"], "layers[0]: must be a whole number of bytes"),
-    ({"layers": [{"activation_bytes": 1.5, "forward_time": 1}]}, ["--budget", "10"], "layers[0]: must be a whole number of bytes"),
-    ({"layers": [{"activation_bytes": 1, "forward_time": -2}]}, ["--budget", "10"], "layers[0]: forward_time must be finite"),
-    ({"layers": [{"activation_bytes": 1, "forward_time": "x"}]}, ["--budget", "10"], "layers[0]: expected a number, got a string"),
-    (PROFILE, ["--budget", "150"], "budget: no schedule fits in 150 bytes"),
-    (PROFILE, ["--budget", "1000", "--every", "2"], "--budget plans the optimal schedule"),
-    (PROFILE, ["--strategy", "optimal"], "takes --budget BYTES"),
-    (PROFILE, [], "give --budget BYTES, --strategy or --every"),
-    (PROFILE, ["--budget", "1000", "--slots", "0"], "slots: must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "data,args,message",
+    [
+        ({"layers": []}, ["--budget", "10"], "layers: expected a non-empty array"),
+        ({}, ["--budget", "10"], "layers: missing"),
+        (
+            {"layers": [{"forward_time": 1}]},
+            ["--budget", "10"],
+            "layers[0]: activation_bytes is missing",
+        ),
+        (
+            {"layers": [{"activation_bytes": 1}]},
+            ["--budget", "10"],
+            "layers[0]: forward_time is missing",
+        ),
+        (
+            {"layers": [{"activation_bytes": -1, "forward_time": 1}]},
+            ["--budget", "10"],
+            "layers[0]: must be a whole number of bytes",
+        ),
+        (
+            {"layers": [{"activation_bytes": 1.5, "forward_time": 1}]},
+            ["--budget", "10"],
+            "layers[0]: must be a whole number of bytes",
+        ),
+        (
+            {"layers": [{"activation_bytes": 1, "forward_time": -2}]},
+            ["--budget", "10"],
+            "layers[0]: forward_time must be finite",
+        ),
+        (
+            {"layers": [{"activation_bytes": 1, "forward_time": "x"}]},
+            ["--budget", "10"],
+            "layers[0]: expected a number, got a string",
+        ),
+        (PROFILE, ["--budget", "150"], "budget: no schedule fits in 150 bytes"),
+        (PROFILE, ["--budget", "1000", "--every", "2"], "--budget plans the optimal schedule"),
+        (PROFILE, ["--strategy", "optimal"], "takes --budget BYTES"),
+        (PROFILE, [], "give --budget BYTES, --strategy or --every"),
+        (PROFILE, ["--budget", "1000", "--slots", "0"], "slots: must be at least 1"),
+    ],
+)
 def test_profile_errors_exit_2(run, tmp_path, data, args, message):
     code, out, err = run("chain", "--profile", write(tmp_path, data), *args)
     assert code == 2, err
@@ -185,12 +272,106 @@ def test_profile_errors_exit_2(run, tmp_path, data, args, message):
 def test_profile_planner_memory_refusal_is_exit_3(run, tmp_path):
     layers = [{"activation_bytes": 1, "forward_time": 1} for _ in range(300)]
     path = write(tmp_path, {"layers": layers})
-    code, out, err = run("chain", "--profile", path, "--budget", "300", "--slots", "300", "--max-planner-bytes", "1000000")
+    code, out, err = run(
+        "chain",
+        "--profile",
+        path,
+        "--budget",
+        "300",
+        "--slots",
+        "300",
+        "--max-planner-bytes",
+        "1000000",
+    )
     assert code == 3 and out == ""
-    assert "use fewer --slots" in err
+    assert "lower --slots (or raise --max-planner-bytes)" in err
 
 
 def test_example_profile_runs(run):
     from conftest import ROOT
-    result = chain(run, "--profile", str(ROOT / "examples/profiles/decoder_6x4.json"), "--budget", "200000000")
+
+    result = chain(
+        run, "--profile", str(ROOT / "examples/profiles/decoder_6x4.json"), "--budget", "200000000"
+    )
     assert result["memory_bytes"] <= 200000000
+
+
+def decoder_path():
+    from conftest import ROOT
+
+    return str(ROOT / "examples/profiles/decoder_6x4.json")
+
+
+@pytest.mark.parametrize("slots", [2, 3, 4, 7, 16, 23])
+def test_slots_are_honoured(run, slots):
+    # Sizes are multiples of 8 MiB; 200 MB holds 23 of those. Up to 23 slots, the planner counts
+    # exactly the units asked for, each floor(budget / slots) bytes.
+    result = chain(run, "--profile", decoder_path(), "--budget", "200000000", "--slots", str(slots))
+    assert result["slots"] == slots and "slots_note" not in result
+    assert result["unit_bytes"] == 200000000 // slots
+    assert result["memory_bytes"] <= 200000000
+    assert result["exact"] == (result["unit_bytes"] == 8 << 20)
+
+
+def test_too_few_slots_say_so(run):
+    # One unit of 200 MB holds no layer's input and output together, once sizes are rounded up.
+    code, out, err = run(
+        "chain", "--profile", decoder_path(), "--budget", "200000000", "--slots", "1"
+    )
+    assert (code, out) == (2, "")
+    assert err == (
+        "error: budget: no schedule fits in 200000000 bytes with sizes rounded up to units of "
+        "200000000 bytes (the budget holds 1); more slots count sizes more finely\n"
+    )
+
+
+def test_more_slots_than_the_sizes_divisor_needs_are_explained(run):
+    result = chain(run, "--profile", decoder_path(), "--budget", "200000000", "--slots", "1000")
+    assert (result["slots"], result["unit_bytes"], result["exact"]) == (23, 8 << 20, True)
+    assert result["slots_note"].startswith("1000 slots requested; 23 units of 8388608 bytes")
+    # Exact: the default (up to 512 slots) and any finer request give the same plan.
+    default = chain(run, "--profile", decoder_path(), "--budget", "200000000")
+    assert default["recompute_time"] == result["recompute_time"] and "slots_note" not in default
+
+
+def test_fewer_slots_trade_accuracy_for_time(run):
+    times = [
+        chain(run, "--profile", decoder_path(), "--budget", "200000000", "--slots", str(s))[
+            "recompute_time"
+        ]
+        for s in (4, 16, 23)
+    ]
+    assert times[0] >= times[1] >= times[2]
+
+
+def test_small_budget_slots_note(run, tmp_path):
+    # Under slots * (slots + 1) bytes, floor(budget / slots)-byte units come a few more than asked:
+    # 10 asked of 15 bytes are 15 units of 1 byte (exact), 4 asked are 5 units of 3 bytes.
+    path = write(
+        tmp_path, {"layers": [{"activation_bytes": 1, "forward_time": 1} for _ in range(8)]}
+    )
+    exact = chain(run, "--profile", path, "--budget", "15", "--slots", "10")
+    assert (exact["slots"], exact["unit_bytes"], exact["exact"]) == (15, 1, True)
+    assert (
+        exact["slots_note"]
+        == "10 slots requested; units of floor(15 / 10) = 1 bytes, of which the budget holds 15"
+    )
+    coarse = chain(run, "--profile", path, "--budget", "15", "--slots", "4")
+    assert (coarse["slots"], coarse["unit_bytes"]) == (5, 3)
+    assert (
+        coarse["slots_note"]
+        == "4 slots requested; units of floor(15 / 4) = 3 bytes, of which the budget holds 5"
+    )
+
+
+def test_an_eager_profile_is_named(run):
+    from conftest import ROOT
+
+    eager_profile = str(ROOT / "examples/profiles/gpt_d8_w192_eager.json")
+    code, out, err = run("chain", "--profile", eager_profile, "--budget", "100MB")
+    assert (code, out) == (2, "")
+    assert err.startswith(
+        "error: input: this is an eager profile (layers have saved_bytes and output_bytes); "
+        "remat chain --profile reads chain profiles"
+    )
+    assert "remat eager" in err and err.count("\n") == 1

@@ -95,3 +95,14 @@ def test_bad_options(run):
         "1000",
     )
     assert code == 3 and "slots" in err
+
+
+def test_a_chain_profile_is_named(run):
+    chain_profile = ROOT / "examples" / "profiles" / "decoder_6x4.json"
+    code, out, err = run("eager", str(chain_profile), "--budget", "30MB")
+    assert (code, out) == (2, "")
+    assert err.startswith(
+        "error: input: this is a chain profile (layers have activation_bytes); remat eager reads "
+        "eager profiles"
+    )
+    assert "remat chain --profile" in err and err.count("\n") == 1

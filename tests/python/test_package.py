@@ -1,7 +1,11 @@
 """The Python package: solve(), pareto(), the drop-in knapsack module, errors, threads."""
 
+import importlib.metadata
 import inspect
 import json
+import os
+import pathlib
+import re
 import subprocess
 import threading
 
@@ -10,6 +14,7 @@ import pytest
 
 import remat
 import remat.knapsack
+from conftest import ROOT
 
 INSTANCE = {"memory": [2, 3, 2, 4, 1], "runtime": [1, 2, 1, 3, 2], "max_memory": 5}
 
@@ -51,7 +56,9 @@ BAD = [
 def test_bad_input_raises_with_the_cli_message(run, instance, error):
     with pytest.raises(error) as caught:
         remat.solve(instance["memory"], instance["runtime"], instance["max_memory"])
-    text = json.dumps(instance).replace("NaN", "1")  # NaN is not JSON; the CLI names it at parse time
+    text = json.dumps(instance).replace(
+        "NaN", "1"
+    )  # NaN is not JSON; the CLI names it at parse time
     if "NaN" not in json.dumps(instance):
         code, out, err = run("solve", "-", stdin=text)
         assert code == 2
@@ -80,10 +87,41 @@ def test_planner_memory_refusal_is_a_memory_error_naming_a_solver():
     rng = np.random.default_rng(0)
     memory = rng.uniform(0, 1e4, 100)
     runtime = memory * rng.uniform(0.5, 1.5, 100)
-    with pytest.raises(MemoryError, match="use --solver exact") as caught:
+    with pytest.raises(MemoryError) as caught:
         remat.solve(memory, runtime, 1e5, solver="dp", max_planner_bytes=10**8)
     assert isinstance(caught.value, remat.PlannerMemoryError)
+    # Python's arguments, not the CLI's flags.
+    assert str(caught.value).endswith('; use solver="exact" (or raise max_planner_bytes=)')
+    assert "--" not in str(caught.value)
     assert remat.solve(memory, runtime, 1e5, max_planner_bytes=10**8).status == "optimal"
+
+
+def test_work_limit_refusal_names_python_arguments():
+    rng = np.random.default_rng(2)
+    memory = rng.uniform(0, 1e4, 2000)
+    with pytest.raises(TimeoutError) as caught:
+        remat.solve(memory, memory, 1e4, solver="dp", time_limit=1e-3, max_planner_bytes=1 << 40)
+    assert isinstance(caught.value, remat.WorkLimitError)
+    assert str(caught.value).endswith('; use solver="exact"') and "--" not in str(caught.value)
+
+
+def test_one_version_everywhere():
+    declared = re.search(r"project\(remat VERSION ([0-9.]+)", (ROOT / "CMakeLists.txt").read_text())
+    assert remat.__version__ == declared.group(1)
+    assert importlib.metadata.version("remat") == remat.__version__
+
+
+def test_the_package_under_test_is_installed_not_the_source_tree():
+    # ./dev test installs the package (pip install .); ./dev test-wheel installs the wheel into a
+    # fresh environment and names it in REMAT_INSTALLED_PREFIX.
+    here = pathlib.Path(remat.__file__).resolve()
+    assert ROOT / "python" not in here.parents, here
+    prefix = os.environ.get("REMAT_INSTALLED_PREFIX")
+    if prefix:
+        assert pathlib.Path(prefix).resolve() in here.parents, here
+        assert str(ROOT / "python") not in [
+            str(pathlib.Path(p).resolve()) for p in __import__("sys").path if p
+        ]
 
 
 def test_threads_solve_concurrently_with_identical_results():
@@ -115,10 +153,22 @@ def test_pareto_matches_solve_at_every_breakpoint():
 
 def test_knapsack_module_has_torch_signatures():
     torch_knapsack = pytest.importorskip("torch._functorch._activation_checkpointing.knapsack")
-    for name in ["dp_knapsack", "dp_knapsack_sliding_hirschberg", "greedy_knapsack", "ilp_knapsack"]:
+    for name in [
+        "dp_knapsack",
+        "dp_knapsack_sliding_hirschberg",
+        "greedy_knapsack",
+        "ilp_knapsack",
+    ]:
         ours, theirs = getattr(remat.knapsack, name), getattr(torch_knapsack, name)
-        assert list(inspect.signature(ours).parameters)[:1] == list(inspect.signature(theirs).parameters)[:1]
+        assert (
+            list(inspect.signature(ours).parameters)[:1]
+            == list(inspect.signature(theirs).parameters)[:1]
+        )
         assert len(inspect.signature(ours).parameters) == len(inspect.signature(theirs).parameters)
         max_runtime, saved, recomputed = ours([2, 3, 2, 4, 1], [1, 2, 1, 3, 2], 5)
-        assert isinstance(max_runtime, float) and isinstance(saved, list) and isinstance(recomputed, list)
+        assert (
+            isinstance(max_runtime, float)
+            and isinstance(saved, list)
+            and isinstance(recomputed, list)
+        )
         assert sorted(saved + recomputed) == list(range(5))

@@ -1,0 +1,66 @@
+"""remat.torch on a torch older than 2.11 (no CustomKnapsackSolver): eager checkpointing works,
+remat.torch.use() says which torch it needs. Simulated in a child interpreter by removing the
+class from torch before remat.torch is imported."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("torch")
+
+OLD_TORCH = textwrap.dedent("""
+    import torch
+    import torch._functorch.partitioners  # torch's own import of the class happens first
+    import torch._inductor.custom_graph_pass as custom_graph_pass
+
+    del custom_graph_pass.CustomKnapsackSolver
+    torch.__version__ = "2.10.0"
+
+    import remat.torch
+    from torch import nn
+
+    assert remat.torch.CustomKnapsackSolver is None
+    torch.manual_seed(0)
+    layers = nn.Sequential(*[nn.Sequential(nn.Linear(64, 64), nn.Tanh()) for _ in range(6)])
+    x = torch.randn(32, 64, requires_grad=True)
+    profile = remat.torch.profile_layers(list(layers), x)
+    least = remat.torch.plan(list(layers), x, memory_budget=10**9, profile=profile, tune=False)
+    budget = least.minimum_budget_bytes
+    assert remat.torch.plan(list(layers), x, memory_budget=budget, profile=profile, tune=False).regions
+    y = remat.torch.checkpoint_sequential(
+        list(layers), x, memory_budget=budget, profile=profile, tune=False
+    )
+    y.sum().backward()
+    expected = x.grad.clone()
+    x.grad = None
+    layers(x).sum().backward()
+    assert torch.equal(x.grad, expected)
+    for call in (lambda: remat.torch.use(), lambda: remat.torch.RematKnapsackSolver()):
+        try:
+            call()
+        except RuntimeError as error:
+            print(error)
+        else:
+            raise AssertionError("use() worked without CustomKnapsackSolver")
+    """)
+
+
+def test_old_torch_keeps_eager_checkpointing_and_names_the_version_use_needs():
+    done = subprocess.run(
+        [sys.executable, "-c", OLD_TORCH], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2
+    for line in lines:
+        assert line.startswith("remat.torch.use() needs torch >= 2.11")
+        assert "this is torch 2.10.0" in line and "Eager checkpointing" in line
+
+
+def test_current_torch_has_the_solver_api():
+    import remat.torch
+
+    assert remat.torch.CustomKnapsackSolver is not None
+    assert isinstance(remat.torch.RematKnapsackSolver(), remat.torch.CustomKnapsackSolver)
