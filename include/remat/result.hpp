@@ -12,6 +12,7 @@ enum class SolveStatus {
   kOptimal,    // proven optimal
   kHeuristic,  // feasible, no optimality claim (greedy)
   kTimeLimit,  // feasible, best found before the time limit; upper_bound says how far off it can be
+  kMemoryLimit,  // feasible, best found before the planner-memory cap; upper_bound as above
 };
 
 std::string to_string(SolveStatus status);

@@ -54,33 +54,56 @@ class ExpandingCore {
       : p_(p), memory_(memory), deadline_(deadline) {}
 
   ReducedSolution run() {
-    memory_.reserve(p_.size() * (sizeof(std::uint32_t) + sizeof(double) + 2));
+    try {
+      memory_.reserve(p_.size() * (sizeof(std::uint32_t) + sizeof(double) + 2));
+    } catch (const PlannerMemoryError& e) {
+      // Not even the ordering fits: the empty plan with the trivial bound (all runtime).
+      ReducedSolution nothing{std::vector<char>(p_.size(), 0), SolveStatus::kMemoryLimit, 0.0,
+                              e.what()};
+      for (double v : p_.value) nothing.upper_bound += v;
+      return nothing;
+    }
     order_ = order_by_efficiency(p_);
     integral_values_ = all_values_integral();
     find_break_solution();
     set_greedy_incumbent();
-    grow(states_, reserved_states_, 1);
-    states_.push_back({break_weight_, break_value_, kRoot});
-    grow(nodes_, reserved_nodes_, 1);
-    nodes_.push_back({kRoot, 0});
     std::ptrdiff_t s = static_cast<std::ptrdiff_t>(break_pos_);
     std::ptrdiff_t t = s - 1;
-    const auto m = static_cast<std::ptrdiff_t>(order_.size());
-    bool add_next = true;
-    while (true) {
-      prune(s, t);
-      if (states_.empty() || (s >= m && t < 0)) break;
-      if (deadline_ && Clock::now() >= *deadline_) return finish(SolveStatus::kTimeLimit, s, t);
-      if ((add_next && s < m) || t < 0) {
-        const std::uint32_t k = order_[s++];
-        expand(p_.weight[k], p_.value[k], k);
-      } else {
-        const std::uint32_t k = order_[t--];
-        expand(-p_.weight[k], -p_.value[k], k);
+    // Until the search has its first state, the greedy plan stands with Dantzig's bound.
+    s_ = s;
+    t_ = t;
+    try {
+      grow(states_, reserved_states_, 1);
+      states_.push_back({break_weight_, break_value_, kRoot});
+      grow(nodes_, reserved_nodes_, 1);
+      nodes_.push_back({kRoot, 0});
+      const auto m = static_cast<std::ptrdiff_t>(order_.size());
+      bool add_next = true;
+      while (true) {
+        prune(s, t);
+        if (states_.empty() || (s >= m && t < 0)) break;
+        if (deadline_ && Clock::now() >= *deadline_) return finish(SolveStatus::kTimeLimit, s, t);
+        // s and t move only once the expansion is complete: if the cap stops it, the states
+        // still leave that item free, and the bound at (s, t) stays valid.
+        if ((add_next && s < m) || t < 0) {
+          const std::uint32_t k = order_[s];
+          expand(p_.weight[k], p_.value[k], k);
+          ++s;
+        } else {
+          const std::uint32_t k = order_[t];
+          expand(-p_.weight[k], -p_.value[k], k);
+          --t;
+        }
+        add_next = !add_next;
+        update_incumbent();
+        s_ = s;
+        t_ = t;
+        if (nodes_.size() > gc_threshold_) collect_garbage();
       }
-      add_next = !add_next;
-      update_incumbent();
-      if (nodes_.size() > gc_threshold_) collect_garbage();
+    } catch (const PlannerMemoryError& e) {
+      ReducedSolution best = finish(SolveStatus::kMemoryLimit, s_, t_);
+      best.limit_note = e.what();
+      return best;
     }
     return finish(SolveStatus::kOptimal, s, t);
   }
@@ -124,13 +147,16 @@ class ExpandingCore {
       if (v != std::floor(v)) return false;
       total += v;
     }
-    return total < 0x1.0p52;
+    return total < 0x1.0p45;
   }
 
-  bool can_beat_incumbent(double bound) const {
+  // `value` is the state's value the bound was computed from. With integral runtimes the slack
+  // covers the bound's rounding (a few ulps of |value| + |bound|, at most 1/16 below 2^45) and
+  // stays far below the gap of 1 between integers, so the z + 1 test prunes even at large values.
+  bool can_beat_incumbent(double bound, double value) const {
     if (!integral_values_) return bound > best_value_;
-    // The slack covers rounding in the bound; it is far below the gap of 1 between integers.
-    return bound + 1e-9 * std::max(1.0, std::abs(bound)) >= best_value_ + 1;
+    const double slack = 0x1.0p-49 * (std::abs(value) + std::abs(bound) + 1.0);
+    return bound + slack >= best_value_ + 1;
   }
 
   double efficiency(std::ptrdiff_t pos) const {
@@ -163,20 +189,32 @@ class ExpandingCore {
     const BoundInputs in = bound_inputs(s, t);
     std::size_t kept = 0;
     for (const State& state : states_) {
-      if (can_beat_incumbent(bound(state, in.add_efficiency, in.drop_efficiency, in.can_drop))) {
+      const double b = bound(state, in.add_efficiency, in.drop_efficiency, in.can_drop);
+      if (can_beat_incumbent(b, state.value)) {
         states_[kept++] = state;
       }
     }
     states_.resize(kept);
   }
 
-  double remaining_bound(std::ptrdiff_t s, std::ptrdiff_t t) const {
+  // The largest bound over the live states (or, before the first state exists, the break
+  // state's Dantzig bound), and whether any of them can still beat the incumbent.
+  struct Remaining {
+    double bound;
+    bool open;
+  };
+
+  Remaining remaining_bound(std::ptrdiff_t s, std::ptrdiff_t t) const {
     const BoundInputs in = bound_inputs(s, t);
-    double result = best_value_;
-    for (const State& state : states_) {
-      result = std::max(result, bound(state, in.add_efficiency, in.drop_efficiency, in.can_drop));
+    Remaining r{best_value_, false};
+    const State root{break_weight_, break_value_, kRoot};
+    const std::vector<State> just_root{root};
+    for (const State& state : states_.empty() ? just_root : states_) {
+      const double b = bound(state, in.add_efficiency, in.drop_efficiency, in.can_drop);
+      r.bound = std::max(r.bound, b);
+      r.open = r.open || can_beat_incumbent(b, state.value);
     }
-    return result;
+    return r;
   }
 
   // Merges the list with a copy of itself shifted by (dw, dv): the same plans with item k's
@@ -257,10 +295,17 @@ class ExpandingCore {
     gc_threshold_ = std::max<std::size_t>(kMinGcThreshold, 2 * kept + 2 * states_.size());
   }
 
+  // The best plan and, when a limit stopped the search, the bound over the live states. A plan
+  // that meets that bound (exactly, or below z + 1 with integral runtimes) is proven optimal,
+  // whichever limit stopped the search.
   ReducedSolution finish(SolveStatus status, std::ptrdiff_t s, std::ptrdiff_t t) {
     ReducedSolution solution;
     solution.status = status;
-    if (status == SolveStatus::kTimeLimit) solution.upper_bound = remaining_bound(s, t);
+    if (status != SolveStatus::kOptimal) {
+      const Remaining remaining = remaining_bound(s, t);
+      solution.upper_bound = remaining.bound;
+      if (!remaining.open) solution.status = SolveStatus::kOptimal;
+    }
     if (best_node_ == kGreedyIncumbent) {
       solution.take = greedy_take_;
       return solution;
@@ -301,6 +346,7 @@ class ExpandingCore {
   std::vector<Node> nodes_;
   std::size_t reserved_states_ = 0, reserved_scratch_ = 0, reserved_nodes_ = 0;
   std::size_t gc_threshold_ = kMinGcThreshold;
+  std::ptrdiff_t s_ = 0, t_ = -1;  // the core after the last complete step
 };
 
 }  // namespace

@@ -55,8 +55,9 @@ using Clock = std::chrono::steady_clock;
 struct ReducedSolution {
   std::vector<char> take;  // per reduced item
   SolveStatus status = SolveStatus::kOptimal;
-  // Upper bound on the reduced objective; only read when status is kTimeLimit or kHeuristic.
+  // Upper bound on the reduced objective; read unless status is kOptimal.
   double upper_bound = 0.0;
+  std::string limit_note;  // with kMemoryLimit: what the cap refused
 };
 
 ReducedSolution solve_exact(const ReducedProblem& p, PlannerMemory& memory,
