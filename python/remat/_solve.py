@@ -28,6 +28,7 @@ class Result:
     quantized_max_memory: int
     seconds: float
     planner_peak_bytes: int
+    path: str  # which algorithm decided: "expanding_core", "meet_in_the_middle", "table", ...
 
 
 def _planner_bytes(max_planner_bytes: int | None) -> int:

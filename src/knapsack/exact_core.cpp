@@ -21,6 +21,7 @@
 // Values are doubles (runtimes); a state is pruned only when its bound is <= the incumbent, so
 // the only inexactness is double rounding in the bounds (relative 1e-16).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -59,7 +60,7 @@ class ExpandingCore {
     } catch (const PlannerMemoryError& e) {
       // Not even the ordering fits: the empty plan with the trivial bound (all runtime).
       ReducedSolution nothing{std::vector<char>(p_.size(), 0), SolveStatus::kMemoryLimit, 0.0,
-                              e.what()};
+                              e.what(), "expanding_core"};
       for (double v : p_.value) nothing.upper_bound += v;
       return nothing;
     }
@@ -87,15 +88,19 @@ class ExpandingCore {
         // still leave that item free, and the bound at (s, t) stays valid.
         if ((add_next && s < m) || t < 0) {
           const std::uint32_t k = order_[s];
-          expand(p_.weight[k], p_.value[k], k);
+          if (!expand(p_.weight[k], p_.value[k], k)) return finish(SolveStatus::kTimeLimit, s, t);
           ++s;
         } else {
           const std::uint32_t k = order_[t];
-          expand(-p_.weight[k], -p_.value[k], k);
+          if (!expand(-p_.weight[k], -p_.value[k], k)) return finish(SolveStatus::kTimeLimit, s, t);
           --t;
         }
         add_next = !add_next;
         update_incumbent();
+        if (!enumerated_ && states_.size() > kEnumerateAfterStates) {
+          enumerated_ = true;
+          if (seed_from_core_enumeration()) return finish_enumerated();
+        }
         s_ = s;
         t_ = t;
         if (nodes_.size() > gc_threshold_) collect_garbage();
@@ -217,9 +222,92 @@ class ExpandingCore {
     return r;
   }
 
+  // The list grew past kEnumerateAfterStates: the instance is hard for the core (typically
+  // subset-sum-like, where Dantzig's bound cannot prune until a plan fills the budget). Meet in
+  // the middle over the items nearest the break gives a strong incumbent, or the optimum when
+  // the core holds every item (returns true then). Its size fits the time left.
+  bool seed_from_core_enumeration() {
+    std::size_t half = kMaxEnumeratedHalf;
+    if (deadline_) {
+      const double left = std::chrono::duration<double>(*deadline_ - Clock::now()).count();
+      // About 25 ns per listed sum and level of the sort; spend at most a quarter of the time.
+      while (half > 8 &&
+             25e-9 * static_cast<double>(std::size_t{2} << half) * static_cast<double>(half) >
+                 0.25 * left) {
+        --half;
+      }
+    }
+    if (order_.size() > 2 * half) half = std::min(half, kIncumbentHalf);
+    std::optional<CoreEnumeration> found;
+    try {
+      found = enumerate_core(p_, order_, break_pos_, p_.capacity - break_weight_, half, memory_);
+    } catch (const PlannerMemoryError&) {
+      return false;  // the search goes on without it
+    }
+    if (!found) return false;
+    if (found->all_items) {
+      enumerated_take_ = take_with_flips(found->flipped);
+      return true;
+    }
+    const double value = break_value_ + found->flipped_value;
+    if (value > best_value_) {
+      best_value_ = value;
+      greedy_take_ = take_with_flips(found->flipped);
+      best_node_ = kGreedyIncumbent;
+      incumbent_from_enumeration_ = true;
+    }
+    // Strongly correlated classes: a plan that fills the budget with the most items meets the
+    // surrogate cardinality bound, which proves it optimal without any search. The bound costs
+    // about 100 sorts, so on large instances it is only tried on a new plan that fills the
+    // budget exactly.
+    const bool fills =
+        incumbent_from_enumeration_ && break_weight_ + found->flipped_weight == p_.capacity;
+    if (!fills && p_.size() > 2000) return false;
+    try {
+      cardinality_bound_ = cardinality_bound(p_, best_value_, integral_values_, memory_);
+    } catch (const PlannerMemoryError&) {
+      return false;
+    }
+    const double slack = static_cast<double>(p_.size() + 8) * 0x1.0p-50 *
+                         (std::abs(cardinality_bound_) + std::abs(best_value_) + 1.0);
+    if (integral_values_ ? cardinality_bound_ + slack < best_value_ + 1
+                         : cardinality_bound_ + slack <= best_value_) {
+      enumerated_take_ = best_node_ == kGreedyIncumbent ? greedy_take_ : finish_take();
+      proven_by_bound_ = true;
+      return true;
+    }
+    cardinality_bound_ += slack;  // a valid bound for the reports below
+    return false;
+  }
+
+  std::vector<char> take_with_flips(const std::vector<std::uint32_t>& flipped) const {
+    std::vector<char> take(p_.size(), 0);
+    for (std::size_t pos = 0; pos < break_pos_; ++pos) take[order_[pos]] = 1;
+    for (std::uint32_t k : flipped) take[k] ^= 1;
+    return take;
+  }
+
+  ReducedSolution finish_enumerated() {
+    ReducedSolution solution;
+    solution.take = enumerated_take_;
+    solution.status = SolveStatus::kOptimal;
+    solution.path = proven_by_bound_ ? "core_enumeration+cardinality_bound" : "meet_in_the_middle";
+    return solution;
+  }
+
+  std::vector<char> finish_take() const {
+    std::vector<char> take(p_.size(), 0);
+    for (std::size_t pos = 0; pos < break_pos_; ++pos) take[order_[pos]] = 1;
+    for (std::uint32_t node = best_node_; node != kRoot; node = nodes_[node].parent) {
+      take[nodes_[node].item] ^= 1;
+    }
+    return take;
+  }
+
   // Merges the list with a copy of itself shifted by (dw, dv): the same plans with item k's
   // decision flipped. Both are sorted by weight; dominated states are dropped as they appear.
-  void expand(std::int64_t dw, double dv, std::uint32_t k) {
+  // Returns false, leaving the list as it was, when the deadline passes during the merge.
+  bool expand(std::int64_t dw, double dv, std::uint32_t k) {
     if (nodes_.size() + states_.size() >= kGreedyIncumbent) {
       throw PlannerMemoryError("exact: more than 2^32 live decision nodes");
     }
@@ -237,7 +325,12 @@ class ExpandingCore {
       }
       scratch_.push_back(kept);
     };
+    std::size_t until_clock = kStepsPerClockRead;
     while (i < n || j < n) {
+      if (deadline_ && --until_clock == 0) {
+        until_clock = kStepsPerClockRead;
+        if (Clock::now() >= *deadline_) return false;
+      }
       const bool take_unchanged =
           j == n || (i < n && (states_[i].weight < states_[j].weight + dw ||
                                (states_[i].weight == states_[j].weight + dw &&
@@ -253,6 +346,7 @@ class ExpandingCore {
     }
     states_.swap(scratch_);
     std::swap(reserved_states_, reserved_scratch_);
+    return true;
   }
 
   void update_incumbent() {
@@ -301,9 +395,14 @@ class ExpandingCore {
   ReducedSolution finish(SolveStatus status, std::ptrdiff_t s, std::ptrdiff_t t) {
     ReducedSolution solution;
     solution.status = status;
+    // The core's own search, and whether its plan came from the enumerated core.
+    solution.path = incumbent_from_enumeration_ && best_node_ == kGreedyIncumbent
+                        ? "expanding_core+core_enumeration"
+                        : "expanding_core";
     if (status != SolveStatus::kOptimal) {
       const Remaining remaining = remaining_bound(s, t);
-      solution.upper_bound = remaining.bound;
+      // Both bounds hold for every plan that beats the incumbent: report the tighter one.
+      solution.upper_bound = std::max(best_value_, std::min(remaining.bound, cardinality_bound_));
       if (!remaining.open) solution.status = SolveStatus::kOptimal;
     }
     if (best_node_ == kGreedyIncumbent) {
@@ -330,6 +429,11 @@ class ExpandingCore {
   }
 
   static constexpr std::size_t kMinGcThreshold = 1 << 16;
+  static constexpr std::size_t kStepsPerClockRead = 1 << 14;
+  // Easy instances never list this many states, so they never pay for the enumeration.
+  static constexpr std::size_t kEnumerateAfterStates = 1 << 13;
+  static constexpr std::size_t kMaxEnumeratedHalf = 20;  // exact when n <= 40
+  static constexpr std::size_t kIncumbentHalf = 16;      // incumbent only: keep it cheap
 
   const ReducedProblem& p_;
   PlannerMemory& memory_;
@@ -347,6 +451,11 @@ class ExpandingCore {
   std::size_t reserved_states_ = 0, reserved_scratch_ = 0, reserved_nodes_ = 0;
   std::size_t gc_threshold_ = kMinGcThreshold;
   std::ptrdiff_t s_ = 0, t_ = -1;  // the core after the last complete step
+  bool enumerated_ = false;
+  bool incumbent_from_enumeration_ = false;
+  bool proven_by_bound_ = false;
+  double cardinality_bound_ = std::numeric_limits<double>::infinity();
+  std::vector<char> enumerated_take_;
 };
 
 }  // namespace

@@ -57,7 +57,7 @@ detail::ReducedSolution dispatch(const detail::ReducedProblem& reduced, const So
                                  bool everything_fits) {
   if (everything_fits) {
     // Everything fits: the plan saves every item and is optimal for every solver.
-    return {std::vector<char>(reduced.size(), 1), SolveStatus::kOptimal, 0.0, {}};
+    return {std::vector<char>(reduced.size(), 1), SolveStatus::kOptimal, 0.0, {}, {}};
   }
   switch (options.solver) {
     case Solver::kExact: {
@@ -209,6 +209,7 @@ KnapsackResult solve(const KnapsackProblem& problem, const SolveOptions& options
   result.solver = to_string(options.solver);
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   result.planner_peak_bytes = memory.peak();
+  result.path = solution.path.empty() ? (everything_fits ? "all_fit" : "table") : solution.path;
   return result;
 }
 
