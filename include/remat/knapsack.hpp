@@ -15,6 +15,10 @@ namespace remat {
 
 enum class Solver { kExact, kSlidingHirschberg, kDp, kGreedy };
 
+// What `exact` does when its search reaches the planner-memory cap: return its best plan and a
+// bound (status memory_limit, the default), or refuse with PlannerMemoryError as before.
+enum class OnMemoryLimit { kBest, kRefuse };
+
 std::string to_string(Solver solver);
 // Throws InputError(field "solver") on an unknown name.
 Solver parse_solver(const std::string& name);
@@ -26,6 +30,7 @@ struct SolveOptions {
   // refuse up front (WorkLimitError) when their n x W cells cannot be done in time.
   std::optional<double> time_limit_seconds;
   std::size_t max_planner_bytes = 0;  // 0 means default_max_planner_bytes()
+  OnMemoryLimit on_memory_limit = OnMemoryLimit::kBest;
 };
 
 // Half of physical memory, or 4 GiB where that cannot be read.
@@ -38,8 +43,10 @@ std::size_t sliding_hirschberg_planner_bytes(const KnapsackProblem& problem);
 // A conservative rate for the table solvers' refusal: cells (items x quanta) per second.
 inline constexpr double kTableCellsPerSecond = 4e9;
 
-// Throws PlannerMemoryError (naming a solver that would fit) when the chosen solver cannot stay
-// under max_planner_bytes, and WorkLimitError when a table solver cannot meet the time limit.
+// Throws PlannerMemoryError (naming a solver that would fit) when a table solver cannot stay
+// under max_planner_bytes (or `exact` reaches it under OnMemoryLimit::kRefuse), and
+// WorkLimitError when a table solver cannot meet the time limit. A plan whose value meets its
+// proven bound is reported optimal, whichever limit stopped the search.
 KnapsackResult solve(const KnapsackProblem& problem, const SolveOptions& options = {});
 
 // One point of the exact budget/runtime trade-off curve.

@@ -12,6 +12,7 @@ enum class SolveStatus {
   kOptimal,    // proven optimal
   kHeuristic,  // feasible, no optimality claim (greedy)
   kTimeLimit,  // feasible, best found before the time limit; upper_bound says how far off it can be
+  kMemoryLimit,  // feasible, best found before the planner-memory cap; upper_bound as above
 };
 
 std::string to_string(SolveStatus status);
@@ -28,6 +29,9 @@ struct KnapsackResult {
   double upper_bound = 0.0;            // no feasible plan saves more runtime than this
   double seconds = 0.0;                // wall time of the solver, quantization excluded
   std::size_t planner_peak_bytes = 0;  // the solver's own peak working memory
+  // Which algorithm decided: "all_fit", "expanding_core", "meet_in_the_middle", "table" or
+  // "greedy".
+  std::string path;
 };
 
 // Every reported field of a result, in one place, for the edges that serialize it (JSON in the
@@ -45,6 +49,7 @@ void visit_fields(const KnapsackResult& r, Visitor&& visit) {
   visit("quantized_max_memory", r.capacity);
   visit("seconds", r.seconds);
   visit("planner_peak_bytes", r.planner_peak_bytes);
+  visit("path", r.path);
 }
 
 }  // namespace remat

@@ -40,9 +40,10 @@ nb::dict result_dict(const remat::KnapsackResult& r) {
 
 nb::dict solve(const Vector& memory, const Vector& runtime, double max_memory,
                const std::string& solver, double scale, std::optional<double> time_limit,
-               std::size_t max_planner_bytes) {
+               std::size_t max_planner_bytes, bool refuse_on_memory_limit) {
   const remat::KnapsackProblem problem = make_problem(memory, runtime, max_memory, scale);
   remat::SolveOptions options;
+  if (refuse_on_memory_limit) options.on_memory_limit = remat::OnMemoryLimit::kRefuse;
   options.solver = remat::parse_solver(solver);
   options.time_limit_seconds = time_limit;
   options.max_planner_bytes = max_planner_bytes;
@@ -231,7 +232,7 @@ NB_MODULE(_core, m) {
   });
 
   m.def("solve", &solve, "memory"_a, "runtime"_a, "max_memory"_a, "solver"_a, "scale"_a,
-        "time_limit"_a.none(), "max_planner_bytes"_a);
+        "time_limit"_a.none(), "max_planner_bytes"_a, "refuse_on_memory_limit"_a = false);
   m.def("pareto", &pareto, "memory"_a, "runtime"_a, "max_memory"_a, "scale"_a,
         "max_planner_bytes"_a);
   m.def("solvers", [] {

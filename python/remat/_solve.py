@@ -18,7 +18,7 @@ class Result:
     """A plan: which candidate ops to save. Same fields as ``remat solve``'s JSON."""
 
     solver: str
-    status: str  # "optimal", "heuristic" or "time_limit"
+    status: str  # "optimal", "heuristic", "time_limit" or "memory_limit"
     max_runtime: float  # runtime saved: sum of runtime over saved
     upper_bound: float  # no feasible plan saves more
     saved: list[int]  # ascending
@@ -28,6 +28,7 @@ class Result:
     quantized_max_memory: int
     seconds: float
     planner_peak_bytes: int
+    path: str  # which algorithm decided: "expanding_core", "meet_in_the_middle", "table", ...
 
 
 def _planner_bytes(max_planner_bytes: int | None) -> int:
@@ -47,16 +48,23 @@ def solve(
     scale: float = 10000,
     time_limit: float | None = None,
     max_planner_bytes: int | None = None,
+    on_memory_limit: str = "best",
 ) -> Result:
     """Chooses which ops to save so that saved memory fits ``max_memory`` and saved runtime is
     maximal (``exact``, ``sliding_hirschberg``, ``dp``) or good (``greedy``).
 
     Memory is quantized exactly as torch does (``round(m * scale)``). The GIL is released while
     the core solves. Raises ValueError/TypeError for bad input (the CLI's messages) and
-    MemoryError (:class:`PlannerMemoryError`) when the solver would exceed ``max_planner_bytes``.
+    MemoryError (:class:`PlannerMemoryError`) when a table solver would exceed
+    ``max_planner_bytes``. When ``exact`` reaches that cap it returns its best plan with a valid
+    ``upper_bound`` and status ``"memory_limit"`` (``on_memory_limit="best"``, the default), or
+    raises :class:`PlannerMemoryError` (``on_memory_limit="raise"``). A plan that meets its bound
+    is ``"optimal"`` whichever limit stopped the search.
     """
     if not isinstance(solver, str):
         raise TypeError(f"solver: expected a string, got {type(solver).__name__}")
+    if on_memory_limit not in ("best", "raise"):
+        raise ValueError(f"on_memory_limit: expected 'best' or 'raise', got {on_memory_limit!r}")
     if time_limit is not None:
         time_limit = number(time_limit, "time_limit")
     raw: dict[str, Any] = _core.solve(
@@ -67,6 +75,7 @@ def solve(
         number(scale, "scale"),
         time_limit,
         _planner_bytes(max_planner_bytes),
+        on_memory_limit == "raise",
     )
     return Result(**raw)
 

@@ -162,14 +162,27 @@ Command add_solve(CLI::App& app) {
   sub->add_option("--solver", *solver, "exact | sliding_hirschberg | dp | greedy");
   sub->add_option("--time-limit", *time_limit,
                   "Seconds; the exact solver then returns its best plan");
+  auto on_memory_limit = std::make_shared<std::string>("best");
+  sub->add_option("--on-memory-limit", *on_memory_limit,
+                  "best: exact returns its best plan and bound at the planner-memory cap "
+                  "(status memory_limit, exit 0); refuse: exit 3 with no plan")
+      ->check(CLI::IsMember({"best", "refuse"}));
   add_common(sub, *common);
   return [=] {
     SolveOptions options;
     options.solver = parse_solver(*solver);
     options.time_limit_seconds = *time_limit;
     options.max_planner_bytes = planner_bytes(*common);
+    options.on_memory_limit =
+        *on_memory_limit == "refuse" ? OnMemoryLimit::kRefuse : OnMemoryLimit::kBest;
     const KnapsackProblem problem = load_problem(*common);
-    std::cout << io::result_json(solve(problem, options)) << "\n";
+    const KnapsackResult result = solve(problem, options);
+    std::cout << io::result_json(result) << "\n";
+    if (result.status == SolveStatus::kMemoryLimit) {
+      std::cerr << "note: exact reached the planner-memory cap; this is its best plan, and no "
+                   "plan saves more than upper_bound (raise --max-planner-bytes to search "
+                   "further, or --on-memory-limit refuse to exit 3 instead)\n";
+    }
   };
 }
 

@@ -21,6 +21,7 @@
 // Values are doubles (runtimes); a state is pruned only when its bound is <= the incumbent, so
 // the only inexactness is double rounding in the bounds (relative 1e-16).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -54,33 +55,60 @@ class ExpandingCore {
       : p_(p), memory_(memory), deadline_(deadline) {}
 
   ReducedSolution run() {
-    memory_.reserve(p_.size() * (sizeof(std::uint32_t) + sizeof(double) + 2));
+    try {
+      memory_.reserve(p_.size() * (sizeof(std::uint32_t) + sizeof(double) + 2));
+    } catch (const PlannerMemoryError& e) {
+      // Not even the ordering fits: the empty plan with the trivial bound (all runtime).
+      ReducedSolution nothing{std::vector<char>(p_.size(), 0), SolveStatus::kMemoryLimit, 0.0,
+                              e.what(), "expanding_core"};
+      for (double v : p_.value) nothing.upper_bound += v;
+      return nothing;
+    }
     order_ = order_by_efficiency(p_);
     integral_values_ = all_values_integral();
     find_break_solution();
     set_greedy_incumbent();
-    grow(states_, reserved_states_, 1);
-    states_.push_back({break_weight_, break_value_, kRoot});
-    grow(nodes_, reserved_nodes_, 1);
-    nodes_.push_back({kRoot, 0});
     std::ptrdiff_t s = static_cast<std::ptrdiff_t>(break_pos_);
     std::ptrdiff_t t = s - 1;
-    const auto m = static_cast<std::ptrdiff_t>(order_.size());
-    bool add_next = true;
-    while (true) {
-      prune(s, t);
-      if (states_.empty() || (s >= m && t < 0)) break;
-      if (deadline_ && Clock::now() >= *deadline_) return finish(SolveStatus::kTimeLimit, s, t);
-      if ((add_next && s < m) || t < 0) {
-        const std::uint32_t k = order_[s++];
-        expand(p_.weight[k], p_.value[k], k);
-      } else {
-        const std::uint32_t k = order_[t--];
-        expand(-p_.weight[k], -p_.value[k], k);
+    // Until the search has its first state, the greedy plan stands with Dantzig's bound.
+    s_ = s;
+    t_ = t;
+    try {
+      grow(states_, reserved_states_, 1);
+      states_.push_back({break_weight_, break_value_, kRoot});
+      grow(nodes_, reserved_nodes_, 1);
+      nodes_.push_back({kRoot, 0});
+      const auto m = static_cast<std::ptrdiff_t>(order_.size());
+      bool add_next = true;
+      while (true) {
+        prune(s, t);
+        if (states_.empty() || (s >= m && t < 0)) break;
+        if (deadline_ && Clock::now() >= *deadline_) return finish(SolveStatus::kTimeLimit, s, t);
+        // s and t move only once the expansion is complete: if the cap stops it, the states
+        // still leave that item free, and the bound at (s, t) stays valid.
+        if ((add_next && s < m) || t < 0) {
+          const std::uint32_t k = order_[s];
+          if (!expand(p_.weight[k], p_.value[k], k)) return finish(SolveStatus::kTimeLimit, s, t);
+          ++s;
+        } else {
+          const std::uint32_t k = order_[t];
+          if (!expand(-p_.weight[k], -p_.value[k], k)) return finish(SolveStatus::kTimeLimit, s, t);
+          --t;
+        }
+        add_next = !add_next;
+        update_incumbent();
+        if (!enumerated_ && states_.size() > kEnumerateAfterStates) {
+          enumerated_ = true;
+          if (seed_from_core_enumeration()) return finish_enumerated();
+        }
+        s_ = s;
+        t_ = t;
+        if (nodes_.size() > gc_threshold_) collect_garbage();
       }
-      add_next = !add_next;
-      update_incumbent();
-      if (nodes_.size() > gc_threshold_) collect_garbage();
+    } catch (const PlannerMemoryError& e) {
+      ReducedSolution best = finish(SolveStatus::kMemoryLimit, s_, t_);
+      best.limit_note = e.what();
+      return best;
     }
     return finish(SolveStatus::kOptimal, s, t);
   }
@@ -124,13 +152,16 @@ class ExpandingCore {
       if (v != std::floor(v)) return false;
       total += v;
     }
-    return total < 0x1.0p52;
+    return total < 0x1.0p45;
   }
 
-  bool can_beat_incumbent(double bound) const {
+  // `value` is the state's value the bound was computed from. With integral runtimes the slack
+  // covers the bound's rounding (a few ulps of |value| + |bound|, at most 1/16 below 2^45) and
+  // stays far below the gap of 1 between integers, so the z + 1 test prunes even at large values.
+  bool can_beat_incumbent(double bound, double value) const {
     if (!integral_values_) return bound > best_value_;
-    // The slack covers rounding in the bound; it is far below the gap of 1 between integers.
-    return bound + 1e-9 * std::max(1.0, std::abs(bound)) >= best_value_ + 1;
+    const double slack = 0x1.0p-49 * (std::abs(value) + std::abs(bound) + 1.0);
+    return bound + slack >= best_value_ + 1;
   }
 
   double efficiency(std::ptrdiff_t pos) const {
@@ -163,25 +194,120 @@ class ExpandingCore {
     const BoundInputs in = bound_inputs(s, t);
     std::size_t kept = 0;
     for (const State& state : states_) {
-      if (can_beat_incumbent(bound(state, in.add_efficiency, in.drop_efficiency, in.can_drop))) {
+      const double b = bound(state, in.add_efficiency, in.drop_efficiency, in.can_drop);
+      if (can_beat_incumbent(b, state.value)) {
         states_[kept++] = state;
       }
     }
     states_.resize(kept);
   }
 
-  double remaining_bound(std::ptrdiff_t s, std::ptrdiff_t t) const {
+  // The largest bound over the live states (or, before the first state exists, the break
+  // state's Dantzig bound), and whether any of them can still beat the incumbent.
+  struct Remaining {
+    double bound;
+    bool open;
+  };
+
+  Remaining remaining_bound(std::ptrdiff_t s, std::ptrdiff_t t) const {
     const BoundInputs in = bound_inputs(s, t);
-    double result = best_value_;
-    for (const State& state : states_) {
-      result = std::max(result, bound(state, in.add_efficiency, in.drop_efficiency, in.can_drop));
+    Remaining r{best_value_, false};
+    const State root{break_weight_, break_value_, kRoot};
+    const std::vector<State> just_root{root};
+    for (const State& state : states_.empty() ? just_root : states_) {
+      const double b = bound(state, in.add_efficiency, in.drop_efficiency, in.can_drop);
+      r.bound = std::max(r.bound, b);
+      r.open = r.open || can_beat_incumbent(b, state.value);
     }
-    return result;
+    return r;
+  }
+
+  // The list grew past kEnumerateAfterStates: the instance is hard for the core (typically
+  // subset-sum-like, where Dantzig's bound cannot prune until a plan fills the budget). Meet in
+  // the middle over the items nearest the break gives a strong incumbent, or the optimum when
+  // the core holds every item (returns true then). Its size fits the time left.
+  bool seed_from_core_enumeration() {
+    std::size_t half = kMaxEnumeratedHalf;
+    if (deadline_) {
+      const double left = std::chrono::duration<double>(*deadline_ - Clock::now()).count();
+      // About 25 ns per listed sum and level of the sort; spend at most a quarter of the time.
+      while (half > 8 &&
+             25e-9 * static_cast<double>(std::size_t{2} << half) * static_cast<double>(half) >
+                 0.25 * left) {
+        --half;
+      }
+    }
+    if (order_.size() > 2 * half) half = std::min(half, kIncumbentHalf);
+    std::optional<CoreEnumeration> found;
+    try {
+      found = enumerate_core(p_, order_, break_pos_, p_.capacity - break_weight_, half, memory_);
+    } catch (const PlannerMemoryError&) {
+      return false;  // the search goes on without it
+    }
+    if (!found) return false;
+    if (found->all_items) {
+      enumerated_take_ = take_with_flips(found->flipped);
+      return true;
+    }
+    const double value = break_value_ + found->flipped_value;
+    if (value > best_value_) {
+      best_value_ = value;
+      greedy_take_ = take_with_flips(found->flipped);
+      best_node_ = kGreedyIncumbent;
+      incumbent_from_enumeration_ = true;
+    }
+    // Strongly correlated classes: a plan that fills the budget with the most items meets the
+    // surrogate cardinality bound, which proves it optimal without any search. The bound costs
+    // about 100 sorts, so on large instances it is only tried on a new plan that fills the
+    // budget exactly.
+    const bool fills =
+        incumbent_from_enumeration_ && break_weight_ + found->flipped_weight == p_.capacity;
+    if (!fills && p_.size() > 2000) return false;
+    try {
+      cardinality_bound_ = cardinality_bound(p_, best_value_, integral_values_, memory_);
+    } catch (const PlannerMemoryError&) {
+      return false;
+    }
+    const double slack = static_cast<double>(p_.size() + 8) * 0x1.0p-50 *
+                         (std::abs(cardinality_bound_) + std::abs(best_value_) + 1.0);
+    if (integral_values_ ? cardinality_bound_ + slack < best_value_ + 1
+                         : cardinality_bound_ + slack <= best_value_) {
+      enumerated_take_ = best_node_ == kGreedyIncumbent ? greedy_take_ : finish_take();
+      proven_by_bound_ = true;
+      return true;
+    }
+    cardinality_bound_ += slack;  // a valid bound for the reports below
+    return false;
+  }
+
+  std::vector<char> take_with_flips(const std::vector<std::uint32_t>& flipped) const {
+    std::vector<char> take(p_.size(), 0);
+    for (std::size_t pos = 0; pos < break_pos_; ++pos) take[order_[pos]] = 1;
+    for (std::uint32_t k : flipped) take[k] ^= 1;
+    return take;
+  }
+
+  ReducedSolution finish_enumerated() {
+    ReducedSolution solution;
+    solution.take = enumerated_take_;
+    solution.status = SolveStatus::kOptimal;
+    solution.path = proven_by_bound_ ? "core_enumeration+cardinality_bound" : "meet_in_the_middle";
+    return solution;
+  }
+
+  std::vector<char> finish_take() const {
+    std::vector<char> take(p_.size(), 0);
+    for (std::size_t pos = 0; pos < break_pos_; ++pos) take[order_[pos]] = 1;
+    for (std::uint32_t node = best_node_; node != kRoot; node = nodes_[node].parent) {
+      take[nodes_[node].item] ^= 1;
+    }
+    return take;
   }
 
   // Merges the list with a copy of itself shifted by (dw, dv): the same plans with item k's
   // decision flipped. Both are sorted by weight; dominated states are dropped as they appear.
-  void expand(std::int64_t dw, double dv, std::uint32_t k) {
+  // Returns false, leaving the list as it was, when the deadline passes during the merge.
+  bool expand(std::int64_t dw, double dv, std::uint32_t k) {
     if (nodes_.size() + states_.size() >= kGreedyIncumbent) {
       throw PlannerMemoryError("exact: more than 2^32 live decision nodes");
     }
@@ -199,7 +325,12 @@ class ExpandingCore {
       }
       scratch_.push_back(kept);
     };
+    std::size_t until_clock = kStepsPerClockRead;
     while (i < n || j < n) {
+      if (deadline_ && --until_clock == 0) {
+        until_clock = kStepsPerClockRead;
+        if (Clock::now() >= *deadline_) return false;
+      }
       const bool take_unchanged =
           j == n || (i < n && (states_[i].weight < states_[j].weight + dw ||
                                (states_[i].weight == states_[j].weight + dw &&
@@ -215,6 +346,7 @@ class ExpandingCore {
     }
     states_.swap(scratch_);
     std::swap(reserved_states_, reserved_scratch_);
+    return true;
   }
 
   void update_incumbent() {
@@ -257,10 +389,22 @@ class ExpandingCore {
     gc_threshold_ = std::max<std::size_t>(kMinGcThreshold, 2 * kept + 2 * states_.size());
   }
 
+  // The best plan and, when a limit stopped the search, the bound over the live states. A plan
+  // that meets that bound (exactly, or below z + 1 with integral runtimes) is proven optimal,
+  // whichever limit stopped the search.
   ReducedSolution finish(SolveStatus status, std::ptrdiff_t s, std::ptrdiff_t t) {
     ReducedSolution solution;
     solution.status = status;
-    if (status == SolveStatus::kTimeLimit) solution.upper_bound = remaining_bound(s, t);
+    // The core's own search, and whether its plan came from the enumerated core.
+    solution.path = incumbent_from_enumeration_ && best_node_ == kGreedyIncumbent
+                        ? "expanding_core+core_enumeration"
+                        : "expanding_core";
+    if (status != SolveStatus::kOptimal) {
+      const Remaining remaining = remaining_bound(s, t);
+      // Both bounds hold for every plan that beats the incumbent: report the tighter one.
+      solution.upper_bound = std::max(best_value_, std::min(remaining.bound, cardinality_bound_));
+      if (!remaining.open) solution.status = SolveStatus::kOptimal;
+    }
     if (best_node_ == kGreedyIncumbent) {
       solution.take = greedy_take_;
       return solution;
@@ -285,6 +429,11 @@ class ExpandingCore {
   }
 
   static constexpr std::size_t kMinGcThreshold = 1 << 16;
+  static constexpr std::size_t kStepsPerClockRead = 1 << 14;
+  // Easy instances never list this many states, so they never pay for the enumeration.
+  static constexpr std::size_t kEnumerateAfterStates = 1 << 13;
+  static constexpr std::size_t kMaxEnumeratedHalf = 20;  // exact when n <= 40
+  static constexpr std::size_t kIncumbentHalf = 16;      // incumbent only: keep it cheap
 
   const ReducedProblem& p_;
   PlannerMemory& memory_;
@@ -301,6 +450,12 @@ class ExpandingCore {
   std::vector<Node> nodes_;
   std::size_t reserved_states_ = 0, reserved_scratch_ = 0, reserved_nodes_ = 0;
   std::size_t gc_threshold_ = kMinGcThreshold;
+  std::ptrdiff_t s_ = 0, t_ = -1;  // the core after the last complete step
+  bool enumerated_ = false;
+  bool incumbent_from_enumeration_ = false;
+  bool proven_by_bound_ = false;
+  double cardinality_bound_ = std::numeric_limits<double>::infinity();
+  std::vector<char> enumerated_take_;
 };
 
 }  // namespace

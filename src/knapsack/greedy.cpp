@@ -31,6 +31,7 @@ ReducedSolution solve_greedy(const ReducedProblem& p, PlannerMemory& memory) {
     }
   }
   solution.status = SolveStatus::kHeuristic;
+  solution.path = "greedy";
   solution.upper_bound = bound;
   return solution;
 }

@@ -55,9 +55,32 @@ using Clock = std::chrono::steady_clock;
 struct ReducedSolution {
   std::vector<char> take;  // per reduced item
   SolveStatus status = SolveStatus::kOptimal;
-  // Upper bound on the reduced objective; only read when status is kTimeLimit or kHeuristic.
+  // Upper bound on the reduced objective; read unless status is kOptimal.
   double upper_bound = 0.0;
+  std::string limit_note;  // with kMemoryLimit: what the cap refused
+  std::string path;        // which algorithm decided, for the result's "path" field
 };
+
+// min over mu of the surrogate cardinality bounds (see cardinality_bound.cpp): no plan that beats
+// `incumbent` saves more runtime. Reserves O(n) against `memory` (throws PlannerMemoryError).
+double cardinality_bound(const ReducedProblem& p, double incumbent, bool integral,
+                         PlannerMemory& memory);
+
+// The best set of flips of the break solution within the 2h items nearest the break item (see
+// core_enumeration.cpp).
+struct CoreEnumeration {
+  std::vector<std::uint32_t> flipped;  // reduced item indices whose break decision is flipped
+  std::int64_t flipped_weight = 0;     // signed change of weight
+  double flipped_value = 0.0;          // signed change of value
+  bool all_items = false;              // the core held every item: the plan is optimal
+};
+
+// `room` is the budget left by the break solution; nullopt when no flip set fits (never, since
+// the empty set does). Reserves its lists against `memory` (throws PlannerMemoryError).
+std::optional<CoreEnumeration> enumerate_core(const ReducedProblem& p,
+                                              const std::vector<std::uint32_t>& order,
+                                              std::size_t break_pos, std::int64_t room,
+                                              std::size_t half_items, PlannerMemory& memory);
 
 ReducedSolution solve_exact(const ReducedProblem& p, PlannerMemory& memory,
                             std::optional<Clock::time_point> deadline);

@@ -57,7 +57,7 @@ detail::ReducedSolution dispatch(const detail::ReducedProblem& reduced, const So
                                  bool everything_fits) {
   if (everything_fits) {
     // Everything fits: the plan saves every item and is optimal for every solver.
-    return {std::vector<char>(reduced.size(), 1), SolveStatus::kOptimal, 0.0};
+    return {std::vector<char>(reduced.size(), 1), SolveStatus::kOptimal, 0.0, {}, {}};
   }
   switch (options.solver) {
     case Solver::kExact: {
@@ -66,15 +66,16 @@ detail::ReducedSolution dispatch(const detail::ReducedProblem& reduced, const So
         deadline = start + std::chrono::duration_cast<Clock::duration>(
                                std::chrono::duration<double>(*options.time_limit_seconds));
       }
-      try {
-        return detail::solve_exact(reduced, memory, deadline);
-      } catch (const PlannerMemoryError& e) {
-        // The state list outgrew the cap: say whether the O(W) table solver would fit instead.
+      detail::ReducedSolution solution = detail::solve_exact(reduced, memory, deadline);
+      if (solution.status == SolveStatus::kMemoryLimit &&
+          options.on_memory_limit == OnMemoryLimit::kRefuse) {
+        // The caller prefers a refusal: say whether the O(W) table solver would fit instead.
         const bool table_fits = detail::sliding_hirschberg_bytes(reduced) <= memory.cap();
-        throw PlannerMemoryError(std::string(e.what()) +
+        throw PlannerMemoryError(solution.limit_note +
                                  (table_fits ? "; use {solver=sliding_hirschberg}, which fits"
                                              : "; raise {max_planner_bytes}"));
       }
+      return solution;
     }
     case Solver::kSlidingHirschberg:
       return detail::solve_sliding_hirschberg(reduced, memory);
@@ -134,6 +135,8 @@ std::string to_string(SolveStatus status) {
       return "heuristic";
     case SolveStatus::kTimeLimit:
       return "time_limit";
+    case SolveStatus::kMemoryLimit:
+      return "memory_limit";
   }
   return "unknown";
 }
@@ -206,6 +209,7 @@ KnapsackResult solve(const KnapsackProblem& problem, const SolveOptions& options
   result.solver = to_string(options.solver);
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   result.planner_peak_bytes = memory.peak();
+  result.path = solution.path.empty() ? (everything_fits ? "all_fit" : "table") : solution.path;
   return result;
 }
 

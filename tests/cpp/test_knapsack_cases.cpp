@@ -135,7 +135,7 @@ TEST(PlannerMemory, SlidingRefusesWhenRowsDoNotFit) {
   EXPECT_NO_THROW(solve(p, options));
 }
 
-TEST(PlannerMemory, ExactRefusesWhenItsListOutgrowsTheCap) {
+TEST(PlannerMemory, ExactRefusesWhenItsListOutgrowsTheCapIfAskedTo) {
   GenerateOptions g;
   g.family = "strongly_correlated";
   g.n = 2000;
@@ -143,6 +143,7 @@ TEST(PlannerMemory, ExactRefusesWhenItsListOutgrowsTheCap) {
   const KnapsackProblem p = quantize(generate(g).input);
   SolveOptions options;
   options.max_planner_bytes = 20000;
+  options.on_memory_limit = OnMemoryLimit::kRefuse;
   EXPECT_THROW(solve(p, options), PlannerMemoryError);
 }
 

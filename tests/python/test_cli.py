@@ -78,6 +78,50 @@ def test_time_limit_reports_status_and_bound(run):
     assert result["upper_bound"] >= result["max_runtime"]
 
 
+def brute_force(instance, scale=10000):
+    weights = [round(m * scale) for m in instance["memory"]]
+    cap = round(instance["max_memory"] * scale)
+    best = 0.0
+    for mask in itertools.product([0, 1], repeat=len(weights)):
+        if sum(w for w, x in zip(weights, mask) if x) <= cap:
+            best = max(best, sum(r for r, x in zip(instance["runtime"], mask) if x))
+    return best
+
+
+@pytest.mark.parametrize("cap", [1, 300, 600, 1200])
+def test_memory_limit_returns_the_best_plan_and_a_valid_bound(run, cap):
+    instance = {
+        "memory": [0.31, 0.52, 0.17, 0.44, 0.29, 0.63, 0.38, 0.21, 0.57, 0.12, 0.47, 0.35],
+        "runtime": [0.3, 0.55, 0.15, 0.41, 0.33, 0.6, 0.37, 0.2, 0.5, 0.14, 0.45, 0.36],
+        "max_memory": 2.1,
+    }
+    code, out, err = run("solve", "--max-planner-bytes", str(cap), "-", stdin=json.dumps(instance))
+    assert code == 0, err
+    result = json.loads(out)
+    optimum = brute_force(instance)
+    assert result["memory_used"] <= instance["max_memory"]
+    assert result["max_runtime"] <= optimum + 1e-9
+    assert result["upper_bound"] >= optimum - 1e-9
+    if result["status"] == "memory_limit":
+        assert err.startswith("note: exact reached the planner-memory cap")
+    else:
+        assert result["status"] == "optimal" and err == ""
+        assert abs(result["max_runtime"] - optimum) <= 1e-9
+
+
+def test_memory_limit_refuse_keeps_exit_3(run):
+    generate = ["--family", "strongly_correlated", "--n", "2000", "--seed", "1"]
+    _, instance, _ = run("generate", *generate, "--range", "1000000")
+    code, out, err = run("solve", "--max-planner-bytes", "20000", "-", stdin=instance)
+    assert code == 0 and json.loads(out)["status"] == "memory_limit"
+    refuse = ["--max-planner-bytes", "20000", "--on-memory-limit", "refuse"]
+    code, out, err = run("solve", *refuse, "-", stdin=instance)
+    assert code == 3 and out == ""
+    assert err.startswith("error: exact needs more than 20000 bytes of planner memory")
+    code, _, err = run("solve", "--on-memory-limit", "maybe", "-", stdin=instance)
+    assert code == 2 and "on-memory-limit" in err
+
+
 BAD_INPUTS = [
     ("{", "input: malformed JSON"),
     ("", "input: malformed JSON"),

@@ -124,6 +124,43 @@ def test_the_package_under_test_is_installed_not_the_source_tree():
         ]
 
 
+def _brute_force(memory, runtime, max_memory, scale=10000):
+    weights = [round(m * scale) for m in memory]
+    cap = round(max_memory * scale)
+    best = 0.0
+    for mask in range(1 << len(weights)):
+        chosen = [i for i in range(len(weights)) if mask >> i & 1]
+        if sum(weights[i] for i in chosen) <= cap:
+            best = max(best, sum(runtime[i] for i in chosen))
+    return best
+
+
+def test_memory_limit_returns_a_plan_and_a_bound_or_raises_on_request():
+    rng = np.random.default_rng(17)
+    limited = 0
+    for _ in range(20):
+        memory = rng.uniform(0, 1, 12).tolist()
+        runtime = rng.uniform(0.01, 1, 12).tolist()
+        budget = sum(memory) * 0.4
+        optimum = _brute_force(memory, runtime, budget)
+        for cap in (1, 300, 800):
+            r = remat.solve(memory, runtime, budget, max_planner_bytes=cap)
+            assert r.status in ("optimal", "memory_limit")
+            assert sum(memory[i] for i in r.saved) <= budget + 1e-12
+            assert r.max_runtime <= optimum + 1e-9 and r.upper_bound >= optimum - 1e-9
+            if r.status == "optimal":
+                assert abs(r.max_runtime - optimum) <= 1e-9
+            else:
+                limited += 1
+                with pytest.raises(remat.PlannerMemoryError, match="exact needs more than"):
+                    remat.solve(
+                        memory, runtime, budget, max_planner_bytes=cap, on_memory_limit="raise"
+                    )
+    assert limited > 10
+    with pytest.raises(ValueError, match="on_memory_limit"):
+        remat.solve([1], [1], 1, on_memory_limit="refuse")
+
+
 def test_threads_solve_concurrently_with_identical_results():
     rng = np.random.default_rng(1)
     instances = [(rng.uniform(0, 0.01, 300), rng.uniform(0, 1, 300), 0.5) for _ in range(8)]
