@@ -20,6 +20,11 @@
 //
 // Values are doubles (runtimes); a state is pruned only when its bound is <= the incumbent, so
 // the only inexactness is double rounding in the bounds (relative 1e-16).
+//
+// Ties: the plan returned is the first of the best value that the core reaches (states of equal
+// value keep the lighter, a bound equal to the incumbent prunes). That is deterministic but is
+// not an order on plans that a caller could state, and it is not torch's: torch's ilp_knapsack
+// leaves ties to HiGHS, which states none either.
 #include <algorithm>
 #include <chrono>
 #include <cmath>

@@ -5,6 +5,14 @@
 // dp_knapsack keeps the whole (n+1) x (W+1) float32 table; storing only the take/skip decision
 // bit per cell makes this 32 times smaller and keeps values in double. The table is accounted
 // against the planner-memory cap before anything is allocated.
+//
+// Ties follow torch's dp_knapsack: a cell records "take" only when taking the item is strictly
+// better than skipping it, and the backtrack runs from the last item to the first, as torch's
+// saves item i - 1 only when dp[i][j] != dp[i - 1][j]. Among optimal plans that is the one with
+// the lexicographically smallest (x[n-1], ..., x[0]): each item from the last one back is skipped
+// whenever an optimal plan skips it, given the decisions on the items after it. torch's table is
+// float32, so where its rounding makes or breaks a tie the two can differ (and torch saves items
+// of zero memory and negative runtime, which is never optimal; remat does not).
 #include <algorithm>
 #include <cstdint>
 

@@ -13,6 +13,7 @@ namespace remat::detail {
 ReducedProblem reduce(const KnapsackProblem& problem) {
   ReducedProblem reduced;
   reduced.capacity = problem.capacity;
+  reduced.original_size = problem.size();
   for (std::size_t i = 0; i < problem.size(); ++i) {
     const std::int64_t w = problem.weight[i];
     const double v = problem.value[i];

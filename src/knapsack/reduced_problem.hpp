@@ -3,7 +3,9 @@
 // Every solver works on the same reduced problem: items whose decision is forced by the problem
 // semantics (zero weight with positive runtime: always saved; runtime <= 0 or weight above the
 // budget: never saved) are settled once here, so each algorithm only sees items with
-// 1 <= weight <= capacity and runtime > 0.
+// 1 <= weight <= capacity and runtime > 0. Reduced items keep the order of the problem's items
+// (original_index ascends), so an order-based tie rule on reduced items is the same rule on the
+// problem's items.
 #pragma once
 
 #include <chrono>
@@ -24,6 +26,7 @@ struct ReducedProblem {
   std::vector<double> value;                // > 0
   std::int64_t capacity = 0;
   std::vector<std::size_t> forced_saved;  // weight 0, runtime > 0
+  std::size_t original_size = 0;          // items in the problem, settled ones included
 
   std::size_t size() const { return weight.size(); }
 };

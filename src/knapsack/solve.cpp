@@ -109,13 +109,14 @@ void check_table_solver_fits(const detail::ReducedProblem& reduced, Solver solve
 }
 
 // The table solvers' work is n x W cells, known before they start: refuse what the time limit
-// cannot cover rather than run past it. The sliding solver does about twice the cells.
+// cannot cover rather than run past it. The sliding solver does about twice the cells a pass, and
+// up to two passes (the second only where torch's widened split would go over budget).
 void check_table_solver_time(const detail::ReducedProblem& reduced, const SolveOptions& options) {
   if (!options.time_limit_seconds) return;
   if (options.solver != Solver::kDp && options.solver != Solver::kSlidingHirschberg) return;
   const double cells = static_cast<double>(reduced.size()) *
                        (static_cast<double>(reduced.capacity) + 1) *
-                       (options.solver == Solver::kSlidingHirschberg ? 2.0 : 1.0);
+                       (options.solver == Solver::kSlidingHirschberg ? 4.0 : 1.0);
   const double seconds = cells / kTableCellsPerSecond;
   if (seconds > *options.time_limit_seconds) {
     throw WorkLimitError(to_string(options.solver) + " needs about " + text::fixed(seconds, 3) +
