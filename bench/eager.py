@@ -42,11 +42,13 @@ FULL = {
     "mlp": dict(depth=16, width=256, batch=512),
     "gpt": dict(depth=8, width=192, heads=6, seq=128, batch=8, dropout=0.1),
     "resnet": dict(per_stage=4, batch=32, size=32),
+    "llama": dict(depth=8, width=192, heads=6, seq=128, batch=8),
 }
 QUICK = {
     "mlp": dict(depth=8, width=128, batch=128),
     "gpt": dict(depth=4, width=64, heads=4, seq=64, batch=4, dropout=0.1),
     "resnet": dict(per_stage=2, batch=8, size=16),
+    "llama": dict(depth=4, width=64, heads=4, seq=64, batch=4),
 }
 
 

@@ -36,7 +36,7 @@ from ._runtime import _PreservedState, _tensors, in_backward
 from .block_plan import RecordedCall, chain_profile
 from .blocks import Blocks, find_blocks
 from .execution import Execution, _batchnorm_buffers, _RunningStatsKept
-from . import distributed
+from . import distributed, selective
 from .planning import Plan, plan, plan_profile
 from .profile import _region_overhead, measure_call
 from .sequential import _signature
@@ -64,7 +64,9 @@ class _BlockPlan:
 
     plan: Plan
     calls: tuple[tuple[Any, Any], ...]  # (module, signature) per call, in order
-    checkpointed: frozenset[int]
+    # Call position -> how it runs as a region: None re-runs everything, else the
+    # torch.utils.checkpoint context_fn of its selective (op-level) policy.
+    regions: dict[int, Callable[[], Any] | None]
 
 
 class AutoCheckpoint:
@@ -88,8 +90,12 @@ class AutoCheckpoint:
         tune: bool,
         microbatches_in_flight: int = 1,
         plan_group: Any = None,
+        granularity: str = "op",
     ) -> None:
         distributed.active(plan_group)  # checks its value
+        if granularity not in ("op", "block"):
+            raise ValueError(f"granularity: expected 'op' or 'block', got {granularity!r}")
+        self.granularity = granularity
         self.microbatches_in_flight = microbatches_in_flight
         self.plan_group = plan_group
         self.model = model
@@ -109,6 +115,13 @@ class AutoCheckpoint:
         self._patched: list[tuple[nn.Module, Any]] = []
         self._hooks: list[Any] = []
         self._warned: set[str] = set()
+        self.reinstall()
+
+    def reinstall(self) -> None:
+        """Wraps the blocks again after remove(), keeping the plans made so far."""
+        if self._patched:
+            return
+        blocks = self.blocks
         targets = list(dict.fromkeys(blocks.modules))  # a block listed twice is wrapped once
         if blocks.chain is not None:
             targets.append(blocks.chain)
@@ -125,6 +138,7 @@ class AutoCheckpoint:
             patched._remat_auto_checkpoint = True  # type: ignore[attr-defined]
             module.forward = patched
             self._patched.append((module, original))
+        model = self.model
         self._hooks.append(model.register_forward_pre_hook(self._begin_step, with_kwargs=True))
         self._hooks.append(model.register_forward_hook(self._end_step, always_call=True))
 
@@ -191,10 +205,12 @@ class AutoCheckpoint:
             slots=self.slots,
             microbatches_in_flight=self.microbatches_in_flight,
         )
-        distributed.verify_same_plan(made.regions, group=self.plan_group)
-        checkpointed = frozenset(first for first, _, _ in made.regions)
+        distributed.verify_same_plan((made.regions, made.options), group=self.plan_group)
+        regions = {
+            first: made.context_fn(index) for index, (first, _, _) in enumerate(made.regions)
+        }
         calls = tuple((c.module, c.signature) for c in step.calls)
-        self._block_plans[step.key] = _BlockPlan(made, calls, checkpointed)
+        self._block_plans[step.key] = _BlockPlan(made, calls, regions)
         self.plans[step.key] = made
         self.plan = made
 
@@ -223,7 +239,12 @@ class AutoCheckpoint:
             return self._run(module, original, args, kwargs, checkpointed=True)
         self.plan = step.plan
         return self._run(
-            module, original, args, kwargs, checkpointed=position in planned.checkpointed
+            module,
+            original,
+            args,
+            kwargs,
+            checkpointed=position in planned.regions,
+            context_fn=planned.regions.get(position),
         )
 
     def _measure_and_run(
@@ -242,6 +263,10 @@ class AutoCheckpoint:
             with _PreservedState([module], devices):
                 measured = measure_call(original, args, kwargs, excluded, repeats=1)
             measured = dataclasses.replace(measured, output=None)  # only its keys are needed
+            ops = None
+            if self.granularity == "op":
+                with _PreservedState([module], devices):
+                    ops = selective.profile_ops(original, args, kwargs, excluded, repeats=1)
         finally:
             self._inside -= 1
         step.last_outputs = None
@@ -261,6 +286,7 @@ class AutoCheckpoint:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         checkpointed: bool,
+        context_fn: Callable[[], Any] | None = None,
     ) -> Any:
         self._inside += 1
         try:
@@ -280,8 +306,14 @@ class AutoCheckpoint:
             # Keyword arguments travel as positional inputs: torch's checkpoint finds the devices
             # whose RNG it must preserve (dropout on CUDA) among its positional arguments only,
             # and its own keywords (debug, context_fn, ...) must not capture a block's.
+            extra = {} if context_fn is None else {"context_fn": context_fn}
             return checkpoint(
-                region, *args, *kwargs.values(), use_reentrant=False, preserve_rng_state=True
+                region,
+                *args,
+                *kwargs.values(),
+                use_reentrant=False,
+                preserve_rng_state=True,
+                **extra,
             )
         finally:
             self._inside -= 1
@@ -307,12 +339,13 @@ class AutoCheckpoint:
                     names=list(self.blocks.names),
                     microbatches_in_flight=self.microbatches_in_flight,
                     plan_group=self.plan_group,
+                    granularity=self.granularity,
                 )
             finally:
                 self._inside -= 1
             self.plans[key] = found
         self.plan = found
-        self.last_execution = Execution(functions, found.regions)
+        self.last_execution = Execution(functions, found.regions, found.contexts())
         return self.last_execution(input)
 
     def _plain(self, block: nn.Module, h: Any) -> Any:
@@ -335,6 +368,7 @@ def auto_checkpoint(
     verbose: bool = False,
     microbatches_in_flight: int = 1,
     plan_group: Any = None,
+    granularity: str = "op",
 ) -> AutoCheckpoint:
     """Makes every training step of `model` follow a checkpoint plan for `memory_budget`.
 
@@ -347,6 +381,10 @@ def auto_checkpoint(
     With `example_inputs` (and `example_kwargs`), one forward pass is measured now, so a budget
     below the least feasible one raises ``remat.InputError`` here, stating that least budget;
     otherwise that happens at the first training step.
+
+    `granularity="op"` (the default) also considers selective checkpointing of single blocks:
+    torch's SAC keeping the outputs of the ops the planner picks (see
+    :mod:`remat.eager.selective`); ``"block"`` plans whole-block regions only.
 
     Pipeline parallelism: for a stage whose schedule keeps `microbatches_in_flight` microbatches'
     activations at once (1F1B: up to the number of stages), the budget is the stage's peak over

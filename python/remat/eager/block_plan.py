@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .profile import CallMeasurement, LayerProfile, Profile
+from .profile import CallMeasurement, LayerProfile, Profile, with_menus
+from .selective import OpProfile
 
 Key = tuple[str, int, int]
 
@@ -43,10 +44,17 @@ class RecordedCall:
     own_bytes: int  # saved inside it, neither an input nor an output
     saved_output_bytes: int  # saved inside it and among its outputs
     forward_seconds: float
+    ops: OpProfile | None = None  # its ops, for selective checkpointing
 
     @classmethod
     def of(
-        cls, module: Any, name: str, signature: Any, measured: CallMeasurement, outputs: Any
+        cls,
+        module: Any,
+        name: str,
+        signature: Any,
+        measured: CallMeasurement,
+        outputs: Any,
+        ops: OpProfile | None = None,
     ) -> "RecordedCall":
         saved = measured.saved_keys
         return cls(
@@ -58,6 +66,7 @@ class RecordedCall:
             _bytes(saved - measured.input_keys - measured.output_keys),
             _bytes(saved & measured.output_keys),
             measured.forward_seconds,
+            ops,
         )
 
 
@@ -78,6 +87,7 @@ def chain_profile(calls: list[RecordedCall], region_overhead: float) -> Profile:
     taken_before: set[Key] = set()
     names: dict[str, int] = {}
     layers = []
+    selective_layers = []
     for k, call in enumerate(calls):
         taken_before |= inputs[k]
         if k + 1 < len(calls):
@@ -99,4 +109,8 @@ def chain_profile(calls: list[RecordedCall], region_overhead: float) -> Profile:
                 forward_seconds=call.forward_seconds,
             )
         )
-    return Profile(_bytes(shared), tuple(layers), region_overhead, max_region_layers=1)
+        selective_layers.append(call.ops)
+    return with_menus(
+        Profile(_bytes(shared), tuple(layers), region_overhead, max_region_layers=1),
+        selective_layers,
+    )

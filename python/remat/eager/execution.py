@@ -9,6 +9,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils.checkpoint import checkpoint
 
 from ._runtime import _modules_of, _restore, _synchronize
@@ -32,21 +33,30 @@ class _RunningStatsKept:
     def __init__(self, buffers: list[torch.Tensor]) -> None:
         self._buffers = buffers
 
+    # Outside any dispatch mode: under selective checkpointing the re-run's ops are matched one
+    # by one against the forward's, and these copies are not among them.
     def __enter__(self) -> None:
-        self._saved = [b.detach().clone() for b in self._buffers]
+        with _disable_current_modes():
+            self._saved = [b.detach().clone() for b in self._buffers]
 
     def __exit__(self, *exc: Any) -> None:
         if self._buffers:
-            _restore(self._buffers, self._saved)
+            with _disable_current_modes():
+                _restore(self._buffers, self._saved)
 
 
 class Execution:
     """Runs a chain through a plan's regions; times the re-runs that happen in backward."""
 
     def __init__(
-        self, functions: Sequence[Callable[[Any], Any]], regions: Sequence[tuple[int, int, int]]
+        self,
+        functions: Sequence[Callable[[Any], Any]],
+        regions: Sequence[tuple[int, int, int]],
+        contexts: dict[int, Callable[[], Any]] | None = None,
     ) -> None:
         self.functions = list(functions)
+        # region index -> context_fn of its selective (op-level) policy
+        self.contexts = dict(contexts or {})
         self.regions = [(first, last) for first, last, _ in regions]
         self.inside: dict[int, list[int]] = {-1: []}  # region -> regions directly inside it
         stack: list[int] = []
@@ -74,11 +84,13 @@ class Execution:
                 h = self.functions[layer](h)
                 layer += 1
                 continue
+            extra = {"context_fn": self.contexts[inner]} if inner in self.contexts else {}
             h = checkpoint(
                 functools.partial(self._region, inner),
                 h,
                 use_reentrant=False,
                 preserve_rng_state=True,
+                **extra,
             )
             layer = self.regions[inner][1] + 1
         return h

@@ -14,7 +14,7 @@ from torch import nn
 from .. import _core
 from ..units import format_bytes, format_seconds, parse_bytes
 from ._runtime import _PreservedState, _detached, _modules_of, _synchronize, _tensors
-from . import distributed
+from . import distributed, selective
 from .execution import Execution
 from .profile import Profile, profile_layers
 
@@ -54,6 +54,21 @@ class Plan:
     def kept(self) -> list[bool]:
         """Whether each layer's saved activations are kept from the first forward pass."""
         return [r == 1 for r in self.runs()]
+
+    def context_fn(self, region: int) -> Callable[[], Any] | None:
+        """torch.utils.checkpoint's `context_fn` for region `region` (index into `regions`):
+        its selective policy when the plan keeps some of its ops, else None (re-run all)."""
+        option = self.options[region] if region < len(self.options) else -1
+        if option < 0:
+            return None
+        first = self.regions[region][0]
+        op_profile, entries = self.profile.selective[first]
+        return selective.context_fn(op_profile, entries[option], self.profile.layers[first].name)
+
+    def contexts(self) -> dict[int, Callable[[], Any]]:
+        """Every selective region's `context_fn`, by region index."""
+        found = {i: self.context_fn(i) for i in range(len(self.regions))}
+        return {i: f for i, f in found.items() if f is not None}
 
     def held_after_forward(self) -> list[int]:
         """Bytes each layer holds once the forward pass is done: a plain layer its saved bytes
@@ -119,6 +134,17 @@ class Plan:
                 f"{format_bytes(layer.output_bytes):>10} {format_bytes(held[i]):>10} "
                 f"{format_seconds(layer.forward_seconds):>9}  {runs:>4}  {''.join(marks)}"
             )
+        for index, (first, _, _) in enumerate(self.regions):
+            option = self.options[index] if index < len(self.options) else -1
+            if option >= 0:
+                op_profile, entries = p.selective[first]
+                entry = entries[option]
+                lines.append(
+                    f"  {'':>4}  {'':<{width}}  ^ layer {first} selective: "
+                    f"{selective.describe(op_profile, entry)}; holds "
+                    f"{format_bytes(entry.held_bytes)}, re-runs "
+                    f"{format_seconds(p.layers[first].options[option][1])}"
+                )
         lines += [
             f"  {'':>4}  {'total':<{width}}  {'':>10} {'':>10} {format_bytes(at_end):>10} "
             f"{format_seconds(forward):>9}",
@@ -224,6 +250,7 @@ def plan(
     names: Sequence[str] | None = None,
     microbatches_in_flight: int = 1,
     plan_group: Any = None,
+    granularity: str = "op",
 ) -> Plan:
     """The plan :func:`checkpoint_sequential` would run, without running it.
 
@@ -241,7 +268,9 @@ def plan(
     `memory_budget` is below it."""
     functions = list(functions)
     if profile is None:
-        profile = profile_layers(functions, input, exclude=exclude, names=names)
+        profile = profile_layers(
+            functions, input, exclude=exclude, names=names, granularity=granularity
+        )
     elif len(profile.layers) != len(functions):
         raise ValueError(
             f"profile: has {len(profile.layers)} layers, functions has {len(functions)}"
@@ -252,7 +281,7 @@ def plan(
     )
     if tune and input is not None and _tensors(input) and microbatches_in_flight == 1:
         found = tune_plan(functions, input, found, plan_group=plan_group)
-    distributed.verify_same_plan(found.regions, group=plan_group)
+    distributed.verify_same_plan((found.regions, found.options), group=plan_group)
     return found
 
 
@@ -351,4 +380,4 @@ def run_plan(functions: Sequence[Callable[[Any], Any]], plan: Plan, input: Any) 
         raise ValueError(
             f"plan: has {len(plan.profile.layers)} layers, functions has {len(functions)}"
         )
-    return Execution(functions, plan.regions)(input)
+    return Execution(functions, plan.regions, plan.contexts())(input)

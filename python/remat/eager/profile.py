@@ -10,7 +10,7 @@ import functools
 import json
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
@@ -44,6 +44,9 @@ class Profile:
     # The most layers one region may span (0: any). 1 for blocks that are not proven to form a
     # chain: auto_checkpoint on a model whose own code runs between its blocks.
     max_region_layers: int = 0
+    # Per layer, for op-level plans: its ops and its menu (each LayerProfile's options are the
+    # menu's (held bytes, re-run seconds)); empty for block-level plans.
+    selective: tuple[Any, ...] = field(default=(), repr=False, compare=False)
 
     def core_layers(self) -> list[tuple[int, int, bool, float]]:
         return [
@@ -166,6 +169,31 @@ def measure_call(
     return CallMeasurement(input_keys, frozenset(saved), output_keys, min(seconds), out)
 
 
+def with_menus(profile: Profile, ops: Sequence[Any]) -> Profile:
+    """`profile` with each layer's menu (from its op profile, None for none) as its options.
+
+    Op times are measured one op at a time under a dispatch mode, which adds overhead per op;
+    they are scaled so that a layer's ops add up to its measured forward time, the unit every
+    other time in the profile is in."""
+    from .selective import menu
+
+    if not any(o is not None for o in ops):
+        return profile
+    layers, selective = [], []
+    for layer, op_profile in zip(profile.layers, ops):
+        if op_profile is None:
+            layers.append(layer)
+            selective.append(None)
+            continue
+        total = sum(op.seconds for op in op_profile.ops)
+        scale = layer.forward_seconds / total if total > 0 else 1.0
+        entries = tuple(menu(op_profile))
+        options = tuple((e.held_bytes, e.recompute_seconds * scale) for e in entries)
+        layers.append(replace(layer, options=options))
+        selective.append((op_profile, entries))
+    return replace(profile, layers=tuple(layers), selective=tuple(selective))
+
+
 def _name(function: Callable[..., Any]) -> str:
     """The layer's name in a plan's table: its module's class where there is one (also inside
     a functools.partial, as auto_checkpoint wraps blocks), else the function's name."""
@@ -184,6 +212,7 @@ def profile_layers(
     repeats: int = 1,
     exclude: Iterable[Any] = (),
     names: Sequence[str] | None = None,
+    granularity: str = "block",
 ) -> Profile:
     """Measures what each layer saves for backward and its forward time on `input`.
 
@@ -200,11 +229,17 @@ def profile_layers(
     modules = [m for f in functions for m in _modules_of(f)]
     excluded = excluded_storages(modules + list(exclude))
     devices = {t.device for t in _tensors(input)}
-    layers = []
+    if granularity not in ("op", "block"):
+        raise ValueError(f"granularity: expected 'op' or 'block', got {granularity!r}")
+    layers, op_profiles = [], []
     with _PreservedState(modules, devices):
         _, input_bytes = _storage_bytes(input)
         h = input
         for index, function in enumerate(functions):
+            if granularity == "op":
+                from .selective import profile_ops
+
+                op_profiles.append(profile_ops(function, (h,), {}, excluded, repeats))
             call = measure_call(function, (h,), {}, excluded, repeats)
             in_keys, _ = _storage_bytes(h)
             out_keys, out_bytes = _storage_bytes(call.output)
@@ -224,7 +259,8 @@ def profile_layers(
                     f"functions[{index}]: returned {type(h).__name__}; every layer must return "
                     "a tensor (or a tuple of tensors) for the next one"
                 )
-    return Profile(input_bytes, tuple(layers), _region_overhead(input, repeats))
+    profile = Profile(input_bytes, tuple(layers), _region_overhead(input, repeats))
+    return with_menus(profile, op_profiles) if op_profiles else profile
 
 
 def _region_overhead(input: Any, repeats: int) -> float:

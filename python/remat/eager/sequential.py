@@ -79,6 +79,7 @@ def checkpoint_sequential(
     slots: int | None = None,
     tune: bool = True,
     plan_group: Any = None,
+    granularity: str = "op",
 ) -> Any:
     """torch.utils.checkpoint.checkpoint_sequential with a memory budget instead of a segment
     count: the least-recompute nested checkpoint plan whose saved-for-backward bytes fit.
@@ -102,6 +103,7 @@ def checkpoint_sequential(
         id(profile),
         tune,
         id(plan_group),
+        granularity,
     )
     found = _plans.get(key, functions)
     if found is None:
@@ -113,6 +115,7 @@ def checkpoint_sequential(
             slots=slots,
             tune=tune,
             plan_group=plan_group,
+            granularity=granularity,
         )
         _plans.put(key, functions, found)
     return run_plan(functions, found, input)
