@@ -1,5 +1,8 @@
 // Checkpoint plans for eager PyTorch: a chain of layers run through non-reentrant
 // torch.utils.checkpoint, nested regions included, under a budget on saved-for-backward bytes.
+// A single-layer region outside any other region may instead be checkpointed selectively
+// (torch's create_selective_checkpoint_contexts): one of the layer's options keeps some ops'
+// outputs as a cache and re-runs only the rest.
 //
 // The model is torch's, not the textbook's (see chain.hpp for that one). A plain layer keeps
 // what autograd saves inside it until its backward runs. A checkpoint region keeps only its
@@ -14,6 +17,17 @@
 
 namespace remat::eager {
 
+// One way to checkpoint a layer selectively, as a single-layer region: the region holds its output
+// and `held_bytes` (the ops' outputs the policy keeps) until its re-run, which costs
+// `recompute_time` instead of the layer's forward time (plus region_overhead), and peaks at what a
+// full single-layer region's re-run needs plus `held_bytes` (the cache, counted as held
+// throughout).
+struct Option {
+  std::int64_t held_bytes = 0;
+  double recompute_time = 0;
+  bool operator==(const Option&) const = default;
+};
+
 struct Layer {
   // Bytes autograd saves inside the layer, not counting its input or output (which the planner
   // counts once, as activations between layers).
@@ -21,6 +35,9 @@ struct Layer {
   std::int64_t output_bytes = 0;  // its output, the next layer's input
   bool saves_output = false;      // whether its saved tensors include its own output
   double forward_time = 0;        // seconds (any unit: the planner only adds them)
+  // Selective checkpoint options, for a single-layer region on this layer outside every other
+  // region; empty: the layer re-runs whole when checkpointed.
+  std::vector<Option> options = {};
 };
 
 struct Profile {
@@ -36,11 +53,13 @@ struct Profile {
   std::int64_t max_region_layers = 0;
 };
 
-// A checkpoint region: layers first..last (0-based, inclusive) at a nesting depth (0: outermost).
+// A checkpoint region: layers first..last (0-based, inclusive) at a nesting depth (0: outermost),
+// run with option `option` of its layer (an index into Layer::options) or re-run whole (-1).
 struct Region {
   std::int64_t first = 0;
   std::int64_t last = 0;
   std::int64_t depth = 0;
+  std::int64_t option = -1;
   bool operator==(const Region&) const = default;
 };
 
@@ -58,21 +77,25 @@ struct Plan {
   std::int64_t unit_bytes = 0;           // the memory discretization the search used
 };
 
-// Throws InputError naming the field and index (negative bytes, non-finite or negative time).
+// Throws InputError naming the field and index (negative bytes, non-finite or negative time;
+// "options" with the layer's index for a bad option).
 void validate(const Profile& profile);
 
 // Peak bytes and recompute time of a set of regions. Regions must nest (laminar), lie inside
 // the chain, not repeat a parent's layers exactly (or cover the whole chain), and span at most
-// max_region_layers layers; otherwise InputError("regions", index).
+// max_region_layers layers; an option (>= 0) must be one of its layer's, on a single-layer region
+// that lies in no other region and does not end the chain (re-run at once, it would save
+// nothing); otherwise InputError("regions", index).
 Evaluation evaluate(const Profile& profile, const std::vector<Region>& regions);
 
-// The least peak over all plans, and a plan that reaches it. O(n^3) time, O(n^2) memory.
+// The least peak over all plans, and a plan that reaches it (with no option: an option never
+// lowers a peak). O(n^3) time, O(n^2) memory.
 Plan minimum_memory_plan(const Profile& profile);
 
-// The least recompute time whose peak fits `budget_bytes`: a dynamic program over (segment,
-// memory in units of ceil(budget / slots) bytes) with every size rounded up, so the plan always
-// fits. Below minimum_budget throws InputError("memory_budget") stating that minimum; when
-// rounding leaves no plan although one fits, returns the minimum-memory plan. Throws
+// The least recompute time whose peak fits `budget_bytes`, options included: a dynamic program
+// over (segment, memory in units of ceil(budget / slots) bytes) with every size rounded up, so the
+// plan always fits. Below minimum_budget throws InputError("memory_budget") stating that minimum;
+// when rounding leaves no plan although one fits, returns the minimum-memory plan. Throws
 // PlannerMemoryError when the table would exceed max_planner_bytes.
 Plan plan(const Profile& profile, std::int64_t budget_bytes, std::int64_t slots,
           std::size_t max_planner_bytes);

@@ -145,8 +145,12 @@ nb::dict simulate_profile(std::int64_t input_bytes,
   return out;
 }
 
-using EagerLayer = std::tuple<std::int64_t, std::int64_t, bool, double>;
-using RegionTuple = std::tuple<std::int64_t, std::int64_t, std::int64_t>;
+// (held_bytes, recompute_time): a selective checkpoint option of a layer.
+using EagerOption = std::tuple<std::int64_t, double>;
+// (saved_bytes, output_bytes, saves_output, forward_time, options).
+using EagerLayer = std::tuple<std::int64_t, std::int64_t, bool, double, std::vector<EagerOption>>;
+// (first, last, depth, option): option -1 re-runs the region whole.
+using RegionTuple = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>;
 
 remat::eager::Profile make_eager_profile(std::int64_t input_bytes,
                                          const std::vector<EagerLayer>& layers,
@@ -155,15 +159,17 @@ remat::eager::Profile make_eager_profile(std::int64_t input_bytes,
   profile.input_bytes = input_bytes;
   profile.region_overhead = region_overhead;
   profile.max_region_layers = max_region_layers;
-  for (const auto& [saved, output, saves_output, time] : layers) {
-    profile.layers.push_back({saved, output, saves_output, time});
+  for (const auto& [saved, output, saves_output, time, options] : layers) {
+    remat::eager::Layer layer{saved, output, saves_output, time};
+    for (const auto& [held, recompute] : options) layer.options.push_back({held, recompute});
+    profile.layers.push_back(std::move(layer));
   }
   return profile;
 }
 
 nb::dict eager_plan_dict(const remat::eager::Plan& plan) {
   std::vector<RegionTuple> regions;
-  for (const auto& r : plan.regions) regions.emplace_back(r.first, r.last, r.depth);
+  for (const auto& r : plan.regions) regions.emplace_back(r.first, r.last, r.depth, r.option);
   nb::dict out;
   out["regions"] = regions;
   out["peak_bytes"] = plan.evaluation.peak_bytes;
@@ -200,7 +206,9 @@ std::tuple<std::int64_t, double> eager_evaluate(std::int64_t input_bytes,
                                                 std::int64_t max_region_layers,
                                                 const std::vector<RegionTuple>& regions) {
   std::vector<remat::eager::Region> parsed;
-  for (const auto& [first, last, depth] : regions) parsed.push_back({first, last, depth});
+  for (const auto& [first, last, depth, option] : regions) {
+    parsed.push_back({first, last, depth, option});
+  }
   const auto e = remat::eager::evaluate(
       make_eager_profile(input_bytes, layers, region_overhead, max_region_layers), parsed);
   return {e.peak_bytes, e.recompute_time};

@@ -1,6 +1,6 @@
 """Type stubs of the C++ extension (see python/remat/_core.cpp)."""
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -46,20 +46,31 @@ def simulate_profile(
     parameter: int,
 ) -> dict[str, Any]: ...
 def optimal_chain_recompute(layers: int, memory: int) -> int | None: ...
+
+# An eager layer: (saved_bytes, output_bytes, saves_output, forward_time, options), each option
+# (held_bytes, recompute_time). A region: (first, last, depth, option), option -1 = none.
+_EagerLayer = tuple[int, int, bool, float, Sequence[tuple[int, float]]]
+_EagerRegion = tuple[int, int, int, int]
+
 def eager_plan(
     input_bytes: int,
-    layers: list[tuple[int, int, bool, float]],
+    layers: list[_EagerLayer],
     region_overhead: float,
+    max_region_layers: int,
     budget: int,
     slots: int,
     max_planner_bytes: int,
 ) -> dict[str, Any]: ...
 def eager_minimum(
-    input_bytes: int, layers: list[tuple[int, int, bool, float]], region_overhead: float
+    input_bytes: int,
+    layers: list[_EagerLayer],
+    region_overhead: float,
+    max_region_layers: int,
 ) -> dict[str, Any]: ...
 def eager_evaluate(
     input_bytes: int,
-    layers: list[tuple[int, int, bool, float]],
+    layers: list[_EagerLayer],
     region_overhead: float,
-    regions: list[tuple[int, int, int]],
+    max_region_layers: int,
+    regions: list[_EagerRegion],
 ) -> tuple[int, float]: ...

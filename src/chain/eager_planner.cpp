@@ -21,9 +21,28 @@
 // With max_region_layers = L, only regions of at most L layers are candidates (d < s + L), in the
 // peak and the time programs alike, and evaluate() rejects longer ones.
 //
-// Memory is counted in units u = ceil(budget / slots), every size rounded up, so every plan found
-// fits the true budget. Time O(n^3 C / 6) for C = budget / u, memory n (n + 1) / 2 rows of C + 1
-// doubles, accounted before the allocation; plans are rebuilt by re-evaluating the minimizations.
+// Selective checkpointing: layer s may list options k, each holding h_k bytes (the ops' outputs a
+// policy keeps) and re-running in r_k. Run as region s..s with option k, the layer holds a_s + h_k
+// while the rest of its segment runs and peaks at kept(s, s) + h_k during its re-run, which costs
+// r_k + overhead. Options apply only to single-layer regions outside every other region (a
+// multi-layer region and what nests in it keep the whole re-run): in the program, only in the
+// segments that end the chain (t = n - 1), which are exactly the top level's suffixes, since a
+// region's segment s..d ends before its parent's. There, for s < t, each option adds
+//
+//   r_k + overhead + C(s+1, t, m - a_s - h_k),  feasible when kept(s, s) + h_k <= m,
+//
+// O(n K C) in all for K options a layer, next to the O(n^3 C / 6) of the regions. An option at
+// the chain's last layer would re-run at once and save nothing; evaluate() rejects it.
+// The peak program ignores options, and its minimum is still the least peak over every plan:
+// an option holds a_s + h_k >= a_s while the rest runs and kept(s, s) + h_k >= kept(s, s) in its
+// re-run, where the whole region s..s holds a_s and kept(s, s), and a plan's peak only grows
+// with what its pieces hold (sums and maxima), so replacing each option by the whole region never
+// raises a plan's peak. minimum_memory_plan returns such a plan, with no option.
+//
+// Memory is counted in units u = ceil(budget / slots), every size rounded up (h_k too), so every
+// plan found fits the true budget. Time O(n^3 C / 6 + n K C) for C = budget / u, memory
+// n (n + 1) / 2 rows of C + 1 doubles, accounted before the allocation; plans are rebuilt by
+// re-evaluating the minimizations.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -58,7 +77,13 @@ class Chain {
       last_.push_back(
           round_up(layer.saved_bytes + (layer.saves_output ? layer.output_bytes : 0), unit));
       time_prefix_[at(i) + 1] = time_prefix_[at(i)] + layer.forward_time;
+      option_start_.push_back(std::ssize(held_));
+      for (const Option& option : layer.options) {
+        held_.push_back(round_up(option.held_bytes, unit));
+        option_cost_.push_back(option.recompute_time + profile.region_overhead);
+      }
     }
+    option_start_.push_back(std::ssize(held_));
     input_ = round_up(profile.input_bytes, unit);
     overhead_ = profile.region_overhead;
     max_region_layers_ = profile.max_region_layers;
@@ -77,10 +102,20 @@ class Chain {
   std::int64_t last_region_end(std::int64_t s, std::int64_t t) const {
     return max_region_layers_ > 0 ? std::min(t - 1, s + max_region_layers_ - 1) : t - 1;
   }
-  std::int64_t max_region_layers() const { return max_region_layers_; }
   // What region first..last costs besides its nested regions: its re-run and its overhead.
   double region_cost(std::int64_t first, std::int64_t last) const {
     return time_prefix_[at(last) + 1] - time_prefix_[at(first)] + overhead_;
+  }
+  // Layer j's options: how many, what option k holds besides the layer's output until its
+  // re-run, and what that re-run costs (its recompute time and the region overhead).
+  std::int64_t options(std::int64_t j) const {
+    return option_start_[at(j) + 1] - option_start_[at(j)];
+  }
+  std::int64_t held(std::int64_t j, std::int64_t k) const {
+    return held_[at(option_start_[at(j)] + k)];
+  }
+  double option_cost(std::int64_t j, std::int64_t k) const {
+    return option_cost_[at(option_start_[at(j)] + k)];
   }
 
  private:
@@ -94,6 +129,8 @@ class Chain {
   std::int64_t max_region_layers_ = 0;
   std::vector<std::int64_t> boundary_, inner_, last_;
   std::vector<double> time_prefix_;
+  std::vector<std::int64_t> option_start_, held_;  // layer j's options: option_start_[j]..[j + 1]
+  std::vector<double> option_cost_;
 };
 
 // Index of segment (s, t), s <= t, in a packed upper triangle.
@@ -225,18 +262,51 @@ class TimeProgram {
         row[m] = std::min(row[m], region_time + region[m] + after[m - boundary]);
       }
     }
+    if (!top_level(t)) return;
+    const std::int64_t boundary = chain_.boundary(s);
+    for (std::int64_t k = 0; k < chain_.options(s); ++k) {
+      const double option_time = chain_.option_cost(s, k);
+      const std::int64_t held = chain_.held(s, k);
+      for (std::int64_t m = option_floor(s, k); m <= capacity_; ++m) {
+        row[m] = std::min(row[m], option_time + rest[m - boundary - held]);
+      }
+    }
   }
 
-  // The choice fill() made at (s, t, m), recomputed with the same arithmetic: -1 is plain.
-  std::int64_t choice(std::int64_t s, std::int64_t t, std::int64_t m) const {
+  // Segments that end the chain are the top level's suffixes (a region's segment ends before the
+  // chain does): only there may a single-layer region take an option.
+  bool top_level(std::int64_t t) const { return t == n_ - 1; }
+  // The least memory for layer s run as a region with option k: it holds its output and the
+  // cache while the rest runs, and the cache on top of the layer's re-run.
+  std::int64_t option_floor(std::int64_t s, std::int64_t k) const {
+    return std::max(chain_.boundary(s), chain_.kept(s, s)) + chain_.held(s, k);
+  }
+
+  // What fill() chose at (s, t, m): layer s plain (last < 0), region s..last re-run whole
+  // (option -1) or region s..s with an option.
+  struct Choice {
+    std::int64_t last = -1;
+    std::int64_t option = -1;
+  };
+
+  // The choice fill() made at (s, t, m), recomputed with the same arithmetic.
+  Choice choice(std::int64_t s, std::int64_t t, std::int64_t m) const {
     const double target = cost(s, t)[m];
     const std::int64_t kept = chain_.kept(s, t);
-    if (s == t || (m >= kept && cost(s + 1, t)[m - kept] <= target)) return -1;
+    if (s == t || (m >= kept && cost(s + 1, t)[m - kept] <= target)) return {};
     for (std::int64_t d = s; d <= chain_.last_region_end(s, t); ++d) {
       const std::int64_t boundary = chain_.boundary(d);
       if (m < boundary) continue;
       if (chain_.region_cost(s, d) + cost(s, d)[m] + cost(d + 1, t)[m - boundary] <= target)
-        return d;
+        return {d, -1};
+    }
+    if (top_level(t)) {
+      const double* rest = cost(s + 1, t);
+      for (std::int64_t k = 0; k < chain_.options(s); ++k) {
+        if (m < option_floor(s, k)) continue;
+        if (chain_.option_cost(s, k) + rest[m - chain_.boundary(s) - chain_.held(s, k)] <= target)
+          return {s, k};
+      }
     }
     throw std::logic_error("eager planner: no choice reproduces the table");
   }
@@ -244,16 +314,20 @@ class TimeProgram {
   void emit(std::int64_t s, std::int64_t t, std::int64_t m, std::int64_t depth,
             std::vector<Region>& out) const {
     while (s <= t) {
-      const std::int64_t d = choice(s, t, m);
-      if (d < 0) {
+      const Choice c = choice(s, t, m);
+      if (c.last < 0) {
         m -= chain_.kept(s, t);
         ++s;
-        continue;
+      } else if (c.option >= 0) {
+        out.push_back({s, s, depth, c.option});
+        m -= chain_.boundary(s) + chain_.held(s, c.option);
+        ++s;
+      } else {
+        out.push_back({s, c.last, depth});
+        emit(s, c.last, m, depth + 1, out);
+        m -= chain_.boundary(c.last);
+        s = c.last + 1;
       }
-      out.push_back({s, d, depth});
-      emit(s, d, m, depth + 1, out);
-      m -= chain_.boundary(d);
-      s = d + 1;
     }
   }
 
@@ -265,8 +339,10 @@ class TimeProgram {
 
 // The regions as a tree: children[i] lists the regions directly inside region i (the last
 // entry, index regions.size(), stands for the whole chain).
-std::vector<std::vector<std::size_t>> nest(const std::vector<Region>& regions, std::int64_t n,
-                                           std::int64_t max_region_layers) {
+std::vector<std::vector<std::size_t>> nest(const std::vector<Region>& regions,
+                                           const Profile& profile) {
+  const std::int64_t n = std::ssize(profile.layers);
+  const std::int64_t max_region_layers = profile.max_region_layers;
   std::vector<std::size_t> order(regions.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
@@ -303,6 +379,31 @@ std::vector<std::vector<std::size_t>> nest(const std::vector<Region>& regions, s
                        open.back() == root ? "covers the whole chain (it saves nothing)"
                                            : "repeats the layers of the region around it");
     }
+    if (r.option != -1) {
+      const std::string option = "option " + text::integer(r.option);
+      const std::int64_t count = std::ssize(profile.layers[at(r.first)].options);
+      if (r.option < 0 || r.option >= count) {
+        throw InputError("regions", i,
+                         option + " is not one of layer " + text::integer(r.first) + "'s " +
+                             text::integer(count) + " options (-1: the whole layer re-runs)");
+      }
+      if (r.first != r.last) {
+        throw InputError("regions", i,
+                         option + " on a region of " + text::integer(r.last - r.first + 1) +
+                             " layers; options apply to single-layer regions only");
+      }
+      if (open.back() != root) {
+        throw InputError("regions", i,
+                         option + " on a region inside region " + text::integer(open.back()) +
+                             "; options apply only to regions outside every other region");
+      }
+      if (r.last == last) {
+        throw InputError("regions", i,
+                         option +
+                             " on the chain's last layer (the end of its segment): its "
+                             "re-run would come at once and save nothing");
+      }
+    }
     children[open.back()].push_back(i);
     open.push_back(i);
   }
@@ -312,9 +413,7 @@ std::vector<std::vector<std::size_t>> nest(const std::vector<Region>& regions, s
 class Evaluator {
  public:
   Evaluator(const Profile& profile, const std::vector<Region>& regions)
-      : chain_(profile, 1),
-        regions_(regions),
-        children_(nest(regions, chain_.layers(), chain_.max_region_layers())) {}
+      : chain_(profile, 1), regions_(regions), children_(nest(regions, profile)) {}
 
   Evaluation run() const {
     if (chain_.layers() == 0) return {chain_.input(), 0.0};
@@ -352,6 +451,13 @@ class Evaluator {
       }
       const Evaluation rerun = segment(piece->first, piece->last, children_[*piece->region]);
       const std::int64_t kept = piece->last < t ? chain_.boundary(piece->last) : 0;
+      const std::int64_t option = regions_[*piece->region].option;
+      if (option >= 0) {  // a single-layer region (nest() checked): the cache is held throughout
+        const std::int64_t held = chain_.held(piece->first, option);
+        out.peak_bytes = std::max(out.peak_bytes + kept + held, rerun.peak_bytes + held);
+        out.recompute_time += chain_.option_cost(piece->first, option);
+        continue;
+      }
       out.peak_bytes = std::max(out.peak_bytes + kept, rerun.peak_bytes);
       out.recompute_time += chain_.region_cost(piece->first, piece->last) + rerun.recompute_time;
     }
@@ -392,6 +498,18 @@ void validate(const Profile& profile) {
     }
     total += std::min(layer.saved_bytes, kLimit) + std::min(layer.output_bytes, kLimit);
     if (total > kLimit) throw InputError("saved_bytes", i, "the chain's bytes add up past 2^60");
+    std::int64_t most_held = 0;
+    for (std::size_t k = 0; k < layer.options.size(); ++k) {
+      const Option& option = layer.options[k];
+      const std::string name = "option " + text::integer(static_cast<std::int64_t>(k));
+      if (option.held_bytes < 0) throw InputError("options", i, name + ": held_bytes must be >= 0");
+      if (!std::isfinite(option.recompute_time) || option.recompute_time < 0) {
+        throw InputError("options", i, name + ": recompute_time must be finite and >= 0");
+      }
+      most_held = std::max(most_held, std::min(option.held_bytes, kLimit));
+    }
+    total += most_held;
+    if (total > kLimit) throw InputError("options", i, "the chain's bytes add up past 2^60");
   }
 }
 

@@ -38,6 +38,13 @@ class Plan:
     # stage's predicted peak over all of them (the planned peak when 1).
     microbatches_in_flight: int = 1
     predicted_stage_peak_bytes: int = 0
+    # The selective checkpoint option of each region, in the order of `regions`: an index into
+    # its layer's `options`, or -1 (the region re-runs whole). Empty: every region re-runs whole.
+    options: tuple[int, ...] = ()
+
+    def core_regions(self) -> list[tuple[int, int, int, int]]:
+        """The regions as the C++ core takes them: (first, last, depth, option)."""
+        return _core_regions(self.regions, self.options)
 
     def held_at_end_of_forward(self) -> int:
         """The chain's input and what every layer holds after the forward pass."""
@@ -72,17 +79,24 @@ class Plan:
 
     def held_after_forward(self) -> list[int]:
         """Bytes each layer holds once the forward pass is done: a plain layer its saved bytes
-        and its output, a region only its output (on its last layer), layers inside a region
-        nothing. With the chain's input they add up to the peak at the end of the forward pass;
-        a re-run in backward can raise the peak above that (never above the prediction)."""
+        and its output, a region only its output (on its last layer) and, run with an option,
+        the option's held bytes, layers inside a region nothing. With the chain's input they add
+        up to the peak at the end of the forward pass; a re-run in backward can raise the peak
+        above that (never above the prediction)."""
         layers = self.profile.layers
         n = len(layers)
         held = []
         outer = [(first, last) for first, last, depth in self.regions if depth == 0]
+        cache = {
+            first: layers[first].options[option][0]
+            for (first, _, _), option in zip(self.regions, self.options)
+            if option >= 0
+        }
         for i, layer in enumerate(layers):
             region = next(((f, l) for f, l in outer if f <= i <= l), None)
             if region is not None:
-                held.append(layer.output_bytes if i == region[1] and i < n - 1 else 0)
+                output = layer.output_bytes if i == region[1] and i < n - 1 else 0
+                held.append(output + cache.get(i, 0))
             elif i < n - 1 or layer.saves_output:
                 held.append(layer.saved_bytes + layer.output_bytes)
             else:
@@ -162,6 +176,14 @@ class Plan:
         return self.table()
 
 
+def _core_regions(
+    regions: Sequence[Sequence[int]], options: Sequence[int] = ()
+) -> list[tuple[int, int, int, int]]:
+    """(first, last, depth) regions with their options (-1 where `options` has none)."""
+    chosen = list(options) + [-1] * (len(regions) - len(options))
+    return [(int(r[0]), int(r[1]), int(r[2]), int(o)) for r, o in zip(regions, chosen)]
+
+
 def _plan_one(profile: Profile, budget: int, slots: int | None) -> Plan:
     layers = profile.core_layers()
     if not layers:
@@ -176,7 +198,8 @@ def _plan_one(profile: Profile, budget: int, slots: int | None) -> Plan:
         0,  # 0: default
     )
     return Plan(
-        regions=tuple(tuple(r) for r in result["regions"]),
+        regions=tuple((first, last, depth) for first, last, depth, _ in result["regions"]),
+        options=tuple(option for *_, option in result["regions"]),
         memory_budget=budget,
         predicted_peak_bytes=result["peak_bytes"],
         predicted_recompute_seconds=result["recompute_time"],
@@ -313,13 +336,15 @@ def tune_plan(
         return planned
     layers, overhead = p.core_layers(), p.region_overhead_seconds
     fitting = []
+    planner_regions = planned.core_regions()
     for segments in range(2, len(layers) + 1):
-        regions = uniform_regions(len(layers), segments)
+        regions = _core_regions(uniform_regions(len(layers), segments))
         peak, recompute = _core.eager_evaluate(p.input_bytes, layers, overhead, 0, regions)
-        if peak <= planned.memory_budget and regions != list(planned.regions):
+        if peak <= planned.memory_budget and regions != planner_regions:
             fitting.append((recompute, segments, regions))
     fitting.sort(key=lambda c: (c[0], c[1]))
-    candidates = {"planner": list(planned.regions)}
+    # (first, last, depth, option) each: uniform segmentations re-run whole.
+    candidates = {"planner": planner_regions}
     for _, segments, regions in fitting[: max(0, max_candidates - 1)]:
         candidates[f"{segments} segments"] = regions
     if len(candidates) == 1:
@@ -333,7 +358,9 @@ def tune_plan(
     with _PreservedState(modules, devices):
         for _ in range(repeats):
             for label, regions in candidates.items():
-                timings[label].append(_time_step(functions, regions, input, parameters))
+                timings[label].append(
+                    _time_step(functions, [r[:3] for r in regions], input, parameters)
+                )
             # Ranks must run the same candidates as often (under FSDP each run gathers
             # parameters): the time cap applies only to a plan made alone.
             if time.perf_counter() - start > limit and not distributed.active(plan_group):
@@ -344,7 +371,8 @@ def tune_plan(
     peak, recompute = _core.eager_evaluate(p.input_bytes, layers, overhead, 0, candidates[choice])
     return dataclasses.replace(
         planned,
-        regions=tuple(tuple(r) for r in candidates[choice]),
+        regions=tuple(r[:3] for r in candidates[choice]),
+        options=tuple(r[3] for r in candidates[choice]),
         predicted_peak_bytes=peak,
         predicted_recompute_seconds=recompute,
         timings=tuple(median.items()),

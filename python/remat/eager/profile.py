@@ -34,6 +34,10 @@ class LayerProfile:
     output_bytes: int
     saves_output: bool  # whether the layer's saved tensors include its output
     forward_seconds: float  # median, with autograd recording (as when it is re-run)
+    # Selective checkpoint options, (held_bytes, recompute_seconds) each: run as a single-layer
+    # region outside every other region, the layer may keep held_bytes of its ops' outputs until
+    # its re-run and re-run in recompute_seconds instead of forward_seconds.
+    options: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -48,9 +52,16 @@ class Profile:
     # menu's (held bytes, re-run seconds)); empty for block-level plans.
     selective: tuple[Any, ...] = field(default=(), repr=False, compare=False)
 
-    def core_layers(self) -> list[tuple[int, int, bool, float]]:
+    def core_layers(self) -> list[tuple[int, int, bool, float, tuple[tuple[int, float], ...]]]:
         return [
-            (l.saved_bytes, l.output_bytes, l.saves_output, l.forward_seconds) for l in self.layers
+            (
+                l.saved_bytes,
+                l.output_bytes,
+                l.saves_output,
+                l.forward_seconds,
+                tuple((int(held), float(seconds)) for held, seconds in l.options),
+            )
+            for l in self.layers
         ]
 
     @property
