@@ -5,6 +5,9 @@
         loss.backward()
     meter.peak_bytes
 
+Selective (op-level) regions that remat runs keep a cache of op outputs; the meter counts each
+cached output while it is held (remat builds those caches through :func:`sac_storage`).
+
 An outer ``saved_tensors_hooks`` sees what plain layers save and the inputs each checkpoint
 region keeps, but not what a region saves while it re-runs in backward: non-reentrant
 checkpoint pushes its own hooks there and keeps the re-computed tensors in its frame. The meter
@@ -50,6 +53,31 @@ class _MeteredRecomputed(weakref.WeakKeyDictionary):  # type: ignore[type-arg]
         super().__setitem__(handle, tensor)
         for meter in self._meters:
             meter._hold(handle, tensor)
+
+
+class _MeteredSACStore(dict):  # type: ignore[type-arg]
+    """One op's entries in selective checkpointing's cache: each cached output is counted from
+    the moment it is stored until its entry is consumed by the re-run (torch replaces it)."""
+
+    def __init__(self, meters: list["SavedTensorMeter"]) -> None:
+        super().__init__()
+        self._meters = meters
+
+    def __setitem__(self, index: Any, entry: Any) -> None:
+        super().__setitem__(index, entry)
+        for wrapper in entry if isinstance(entry, (list, tuple)) else [entry]:
+            value = getattr(wrapper, "val", None)
+            if isinstance(value, torch.Tensor):
+                for meter in self._meters:
+                    meter._hold(wrapper, value)
+
+
+def sac_storage() -> Any:
+    """The cache torch's selective checkpointing modes share, metered while meters are active."""
+    meters = list(_active_meters)
+    if not meters:
+        return defaultdict(dict)
+    return defaultdict(lambda: _MeteredSACStore(meters))
 
 
 class _Saved:

@@ -550,16 +550,31 @@ Plan plan(const Profile& profile, std::int64_t budget_bytes, std::int64_t slots,
   out.evaluation = {least.no_checkpoint_bytes, 0.0};  // no region: nothing re-runs
   out.unit_bytes = 1;
   if (out.evaluation.peak_bytes <= budget_bytes) return out;  // everything fits, whatever units
-  const std::int64_t unit =
+  // Every size is rounded up to a unit, so coarse units can lose every plan that fits (each of n
+  // layers may lose up to a unit). Then the units are refined, 4x at a time, at most 3 times (64x
+  // the slots asked for), while the table stays within the cap; only then the least-memory plan.
+  std::int64_t unit =
       std::max<std::int64_t>(1, budget_bytes / slots + (budget_bytes % slots != 0 ? 1 : 0));
-  TimeProgram program(profile, unit, budget_bytes);
-  if (program.table_bytes() > max_planner_bytes) {
-    throw PlannerMemoryError("eager planner: the table needs " +
-                             text::integer(program.table_bytes()) + " bytes, over the cap of " +
-                             text::integer(max_planner_bytes) + "; lower {slots}");
+  std::optional<TimeProgram> solved;
+  for (int refinement = 0; refinement <= 3; ++refinement) {
+    const bool first = refinement == 0;
+    TimeProgram program(profile, unit, budget_bytes);
+    if (program.table_bytes() > max_planner_bytes) {
+      if (!first) break;
+      throw PlannerMemoryError("eager planner: the table needs " +
+                               text::integer(program.table_bytes()) + " bytes, over the cap of " +
+                               text::integer(max_planner_bytes) + "; lower {slots}");
+    }
+    program.solve();
+    if (program.feasible()) {
+      solved.emplace(std::move(program));
+      break;
+    }
+    if (unit == 1) break;
+    unit = std::max<std::int64_t>(1, unit / 4);
   }
-  program.solve();
-  if (!program.feasible()) return least;  // rounding lost the few plans that fit
+  if (!solved) return least;  // no units fine enough within the cap
+  const TimeProgram& program = *solved;
   out.regions = program.plan();
   out.evaluation = evaluate(profile, out.regions);
   out.unit_bytes = unit;

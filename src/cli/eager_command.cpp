@@ -41,9 +41,11 @@ void run(const EagerOptions& o) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   json regions = json::array();
+  json options = json::array();  // per region: the layer option it runs with, -1 for a whole re-run
   std::vector<std::int64_t> runs(profile.layers.size(), 1);
   for (const auto& r : plan.regions) {
     regions.push_back({r.first, r.last, r.depth});
+    options.push_back(r.option);
     for (std::int64_t i = r.first; i <= r.last; ++i) ++runs[static_cast<std::size_t>(i)];
   }
   json out{{"layers", profile.layers.size()},
@@ -52,6 +54,7 @@ void run(const EagerOptions& o) {
            {"peak_bytes", plan.evaluation.peak_bytes},
            {"recompute_time", plan.evaluation.recompute_time},
            {"regions", regions},
+           {"options", options},
            {"runs", runs},
            {"unit_bytes", plan.unit_bytes},
            {"seconds", seconds}};

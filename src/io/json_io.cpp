@@ -202,6 +202,10 @@ eager::Profile read_eager_profile(std::string_view text) {
   if (overhead != root.end()) {
     profile.region_overhead = number_at(*overhead, "region_overhead", std::nullopt);
   }
+  const auto max_region_layers = root.find("max_region_layers");
+  if (max_region_layers != root.end()) {
+    profile.max_region_layers = byte_count(*max_region_layers, "max_region_layers", std::nullopt);
+  }
   for (std::size_t i = 0; i < layers->size(); ++i) {
     const json& layer = (*layers)[i];
     if (!layer.is_object())
@@ -222,6 +226,21 @@ eager::Profile read_eager_profile(std::string_view text) {
                          "saves_output must be true or false, got " + type_name(*saves_output));
       }
       parsed.saves_output = saves_output->get<bool>();
+    }
+    const auto options = layer.find("options");
+    if (options != layer.end()) {
+      if (!options->is_array()) {
+        throw InputError("options", i, "expected an array, got " + type_name(*options));
+      }
+      for (const json& option : *options) {
+        if (!option.is_object() || !option.contains("held_bytes") ||
+            !option.contains("recompute_time")) {
+          throw InputError("options", i,
+                           "each option is an object with held_bytes and recompute_time");
+        }
+        parsed.options.push_back({byte_count(option["held_bytes"], "options", i),
+                                  number_at(option["recompute_time"], "options", i)});
+      }
     }
     profile.layers.push_back(parsed);
   }

@@ -275,7 +275,7 @@ class AutoCheckpoint:
         out = self._run(module, original, args, kwargs, checkpointed=True)
         keys = {storage_key(t) for t in _tensors(out) if not is_persistent(t, excluded)}
         name = self._names.get(id(module), type(module).__name__)
-        step.calls.append(RecordedCall.of(module, name, signature, measured, keys))
+        step.calls.append(RecordedCall.of(module, name, signature, measured, keys, ops))
         step.last_outputs = out
         return out
 

@@ -8,7 +8,8 @@ therefore plans from one profile that all ranks agree on, and checks the result:
 - profiles are gathered from every rank and combined: bytes by their maximum (a plan must fit
   the rank that saves most; ranks with uneven inputs differ here), times by their median (one
   slow rank, as in the measured case, does not move a median of three or more; with two ranks
-  the median is the mean);
+  the median is the mean); op-level menus (which ops each option keeps) are the first rank's,
+  since menus made from different timings differ;
 - tuning timings (chain plans) are combined the same way, so every rank picks the same layout;
 - a checksum of the plan is all-gathered and compared; a mismatch raises naming the ranks;
 - the collectives run on a gloo group of their own with a timeout
@@ -107,6 +108,7 @@ def agree_on_profile(profile: Profile, group: PlanGroup = None) -> Profile:
                 output_bytes=max(l.output_bytes for l in versions),
                 saves_output=any(l.saves_output for l in versions),
                 forward_seconds=statistics.median(l.forward_seconds for l in versions),
+                options=versions[0].options,
             )
         )
     return Profile(
@@ -114,6 +116,7 @@ def agree_on_profile(profile: Profile, group: PlanGroup = None) -> Profile:
         layers=tuple(layers),
         region_overhead_seconds=statistics.median(p.region_overhead_seconds for p in profiles),
         max_region_layers=profile.max_region_layers,
+        selective=profiles[0].selective,
     )
 
 

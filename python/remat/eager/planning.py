@@ -136,12 +136,17 @@ class Plan:
             f"{format_bytes(p.input_bytes):>10}",
         ]
         depth = max((d for _, _, d in self.regions), default=-1) + 1
+        selective_regions = {
+            self.regions[r][0] for r, option in enumerate(self.options) if option >= 0
+        }
         for i, (layer, runs) in enumerate(zip(p.layers, self.runs())):
             marks = [" "] * depth
             for first, last, d in self.regions:
                 if first <= i <= last:
                     marks[d] = (
-                        "=" if first == last else "/" if i == first else "\\" if i == last else "|"
+                        ("~" if first in selective_regions else "=")
+                        if first == last
+                        else "/" if i == first else "\\" if i == last else "|"
                     )
             lines.append(
                 f"  {i:>4}  {layer.name:<{width}}  {format_bytes(layer.saved_bytes):>10} "
@@ -168,7 +173,7 @@ class Plan:
             "  forward pass under this plan (the total is the peak then; a re-run in backward",
             "  may add to it, up to the predicted peak); runs: forward evaluations per step;",
             "  regions: one column per nesting depth, / first layer, | inside, \\ last layer,",
-            "  = a region of one layer.",
+            "  = a region of one layer, ~ one run selectively (the ops it keeps are listed above).",
         ]
         return "\n".join(lines)
 
@@ -358,8 +363,9 @@ def tune_plan(
     with _PreservedState(modules, devices):
         for _ in range(repeats):
             for label, regions in candidates.items():
+                contexts = planned.contexts() if label == "planner" else {}
                 timings[label].append(
-                    _time_step(functions, [r[:3] for r in regions], input, parameters)
+                    _time_step(functions, [r[:3] for r in regions], input, parameters, contexts)
                 )
             # Ranks must run the same candidates as often (under FSDP each run gathers
             # parameters): the time cap applies only to a plan made alone.
@@ -385,13 +391,15 @@ def _time_step(
     regions: Sequence[tuple[int, int, int]],
     input: Any,
     parameters: list[torch.Tensor],
+    contexts: dict[int, Callable[[], Any]] | None = None,
 ) -> float:
     x = _detached(input)
     inputs = parameters + [t for t in _tensors(x) if t.requires_grad]
     _synchronize(x)
     start = time.perf_counter()
     with torch.enable_grad():
-        outputs = [t for t in _tensors(Execution(functions, regions)(x)) if t.requires_grad]
+        execution = Execution(functions, regions, contexts)
+        outputs = [t for t in _tensors(execution(x)) if t.requires_grad]
         if outputs and inputs:
             # Returned, not accumulated: the caller's .grad fields stay as they are.
             torch.autograd.grad(

@@ -69,7 +69,9 @@ class Profile:
         return sum(l.forward_seconds for l in self.layers)
 
     def to_json(self) -> str:
-        """The profile as `remat eager PROFILE.json` reads it (times in seconds)."""
+        """The profile as `remat eager PROFILE.json` reads it (times in seconds). Layers' options
+        (their selective-checkpoint menus as bytes and times) are kept; which ops each option
+        keeps is not, so a profile read back plans but cannot run op-level regions."""
         return json.dumps(
             {
                 "input_bytes": self.input_bytes,
@@ -82,6 +84,10 @@ class Profile:
                         "output_bytes": l.output_bytes,
                         "saves_output": l.saves_output,
                         "forward_time": l.forward_seconds,
+                        "options": [
+                            {"held_bytes": held, "recompute_time": seconds}
+                            for held, seconds in l.options
+                        ],
                     }
                     for l in self.layers
                 ],
@@ -99,6 +105,9 @@ class Profile:
                 output_bytes=int(l["output_bytes"]),
                 saves_output=bool(l.get("saves_output", False)),
                 forward_seconds=float(l["forward_time"]),
+                options=tuple(
+                    (int(o["held_bytes"]), float(o["recompute_time"])) for o in l.get("options", ())
+                ),
             )
             for i, l in enumerate(data["layers"])
         )

@@ -45,7 +45,7 @@ from torch.utils.checkpoint import (
 )
 
 from .. import _solve
-from ..saved_memory import is_persistent, storage_key
+from ..saved_memory import is_persistent, sac_storage, storage_key
 from ._runtime import _detached, _synchronize, _tensors
 
 Key = tuple[str, int, int]
@@ -151,6 +151,10 @@ def _record(function: Callable[..., Any], args: tuple, kwargs: dict, excluded: s
         with recorder:
             out = function(*args, **kwargs)
     outputs = {storage_key(t) for t in _tensors(out)}
+    # The saved-tensor hooks live in the graph, and `pack` reaches these lists: a reference cycle
+    # through C++ that Python's collector cannot see. Emptying them frees the layer's tensors.
+    recorder.keep_alive.clear()
+    alive.clear()
     return recorder, saved, outputs
 
 
@@ -272,7 +276,16 @@ def context_fn(profile: OpProfile, entry: MenuEntry, label: str) -> Callable[[],
     names = tuple(op.name for op in profile.ops)
 
     def contexts() -> Any:
-        return create_selective_checkpoint_contexts(_Policy(names, entry.cached, label))
+        policy = _Policy(names, entry.cached, label)
+        try:  # torch's own modes on a cache that SavedTensorMeter can count
+            from torch.utils.checkpoint import _CachedTorchDispatchMode, _CachingTorchDispatchMode
+        except ImportError:
+            return create_selective_checkpoint_contexts(policy)
+        storage = sac_storage()
+        return (
+            _CachingTorchDispatchMode(policy, storage),
+            _CachedTorchDispatchMode(None, storage, False),
+        )
 
     return contexts
 
