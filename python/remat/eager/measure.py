@@ -95,18 +95,10 @@ def measure(
     a time beyond the least-memory plan. Prints the table unless ``verbose=False``. Under a
     process group the ranks of `plan_group` report one agreed profile ("local": this rank's)."""
     chosen = find_blocks(model, blocks)
-    handle = AutoCheckpoint(model, chosen, 2**60, None, False, plan_group=plan_group)
+    # Call by call, even in a chain: what each block saves is what is reported.
+    per_call = dataclasses.replace(chosen, chain=None)
+    handle = AutoCheckpoint(model, per_call, 2**60, None, False, plan_group=plan_group)
     try:
-        if chosen.chain is not None:  # measure call by call, even in a chain
-            handle.remove()
-            handle = AutoCheckpoint(
-                model,
-                Blocks(chosen.path, chosen.modules, chosen.names, None),
-                2**60,
-                None,
-                False,
-                plan_group=plan_group,
-            )
         devices = {t.device for t in _tensors((args, kwargs))}
         parameters = [p for p in model.parameters() if p.requires_grad]
         with _PreservedState([model], devices), torch.enable_grad():
