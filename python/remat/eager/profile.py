@@ -131,6 +131,40 @@ def _never_unpacked(_: Any) -> torch.Tensor:
     raise RuntimeError("remat: a graph built while measuring was back-propagated")
 
 
+class SaveRecorder:
+    """While active, records the storages autograd saves (activations: not those in `excluded`,
+    nor parameters), calling `on_save` at every save. The measured graph is never
+    back-propagated; saved tensors are held until the block ends, as they would be for backward:
+    freed earlier, their memory could be reused and two of them share one storage key. They are
+    let go on exit: the hooks live in the graph and reach this object, a reference cycle through
+    C++ that Python's collector cannot see."""
+
+    def __init__(
+        self, excluded: set[tuple[str, int, int]], on_save: Callable[[], None] | None = None
+    ) -> None:
+        self.keys: set[tuple[str, int, int]] = set()
+        self._excluded = excluded
+        self._on_save = on_save
+        self._alive: list[torch.Tensor] = []
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _never_unpacked)
+
+    def _pack(self, tensor: torch.Tensor) -> Any:
+        if self._on_save is not None:
+            self._on_save()
+        if not is_persistent(tensor, self._excluded):
+            self.keys.add(storage_key(tensor))
+            self._alive.append(tensor)
+        return _NotKept()
+
+    def __enter__(self) -> "SaveRecorder":
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._hooks.__exit__(*exc)
+        self._alive.clear()
+
+
 @dataclass(frozen=True)
 class CallMeasurement:
     """One call of a layer, measured: storages of its tensor inputs, of what autograd saved inside
@@ -154,16 +188,6 @@ def measure_call(
     storages autograd saves (timed too), then `repeats` more times, timed. The forward time is
     the least of the runs. Holds one call's activations at a time."""
     args, kwargs = _detached(args), _detached(kwargs)
-    saved: set[tuple[str, int, int]] = set()
-    # Saved tensors stay alive until the forward is done, as they would for backward: freed
-    # earlier, their memory would be reused and two of them could share one storage key.
-    alive: list[torch.Tensor] = []
-
-    def pack(tensor: torch.Tensor) -> Any:
-        if not is_persistent(tensor, excluded):
-            saved.add(storage_key(tensor))
-            alive.append(tensor)
-        return _NotKept()
 
     def activations(value: Any) -> frozenset[tuple[str, int, int]]:
         keys, _ = _storage_bytes([t for t in _tensors(value) if not is_persistent(t, excluded)])
@@ -172,13 +196,12 @@ def measure_call(
     seconds = []
     _synchronize((args, kwargs))
     start = time.perf_counter()
-    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, _never_unpacked):
+    with torch.enable_grad(), SaveRecorder(excluded) as saved:
         out = function(*args, **kwargs)
     _synchronize(out)
     seconds.append(time.perf_counter() - start)
     input_keys, output_keys = activations((args, kwargs)), activations(out)
     out = _detached(out)
-    alive.clear()
     for _ in range(repeats):
         start = time.perf_counter()
         with torch.enable_grad():
@@ -186,7 +209,7 @@ def measure_call(
         _synchronize(again)
         seconds.append(time.perf_counter() - start)
         del again
-    return CallMeasurement(input_keys, frozenset(saved), output_keys, min(seconds), out)
+    return CallMeasurement(input_keys, frozenset(saved.keys), output_keys, min(seconds), out)
 
 
 def with_menus(profile: Profile, ops: Sequence[Any]) -> Profile:

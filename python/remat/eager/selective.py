@@ -45,8 +45,9 @@ from torch.utils.checkpoint import (
 )
 
 from .. import _solve
-from ..saved_memory import is_persistent, sac_storage, storage_key
+from ..saved_memory import sac_storage, storage_key
 from ._runtime import _detached, _synchronize, _tensors
+from .profile import SaveRecorder
 
 Key = tuple[str, int, int]
 
@@ -133,29 +134,17 @@ class _OpRecorder(TorchDispatchMode):
 
 
 def _record(function: Callable[..., Any], args: tuple, kwargs: dict, excluded: set[Key]):
-    device_sync = any(t.is_cuda for t in _tensors((args, kwargs)))
-    saved: set[Key] = set()
-    alive: list[torch.Tensor] = []
+    recorder = _OpRecorder(any(t.is_cuda for t in _tensors((args, kwargs))))
 
-    recorder = _OpRecorder(device_sync)
-
-    def pack(tensor: torch.Tensor) -> Any:
+    def on_save() -> None:
         # Every save counts for the early stop, parameters' too.
         recorder.dispatched_at_last_save = len(recorder.names)
-        if not is_persistent(tensor, excluded):
-            saved.add(storage_key(tensor))
-            alive.append(tensor)
-        return None
 
-    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda _: None):
-        with recorder:
-            out = function(*args, **kwargs)
+    with torch.enable_grad(), SaveRecorder(excluded, on_save) as saved, recorder:
+        out = function(*args, **kwargs)
     outputs = {storage_key(t) for t in _tensors(out)}
-    # The saved-tensor hooks live in the graph, and `pack` reaches these lists: a reference cycle
-    # through C++ that Python's collector cannot see. Emptying them frees the layer's tensors.
-    recorder.keep_alive.clear()
-    alive.clear()
-    return recorder, saved, outputs
+    recorder.keep_alive.clear()  # the op outputs: the graph's hooks reach the recorder too
+    return recorder, saved.keys, outputs
 
 
 def profile_ops(
