@@ -1,9 +1,11 @@
-"""Three small models that eager checkpointing is tested and benchmarked on.
+"""Small models that checkpointing is tested and benchmarked on.
 
 - ``mlp``: a stack of residual MLP blocks of alternating widths (layers of unequal cost);
 - ``gpt``: a GPT-style decoder (token embedding, causal self-attention blocks with dropout,
   blocks in an nn.ModuleList applied in a loop);
-- ``resnet``: a ResNet-style CNN (BatchNorm, stride-2 stages, so activations shrink as it goes).
+- ``resnet``: a ResNet-style CNN (BatchNorm, stride-2 stages, so activations shrink as it goes);
+- ``llama``: a Llama-style decoder (RMSNorm, fused qkv, causal SDPA, SwiGLU);
+- ``mixer``: an MLP-Mixer (token-mixing and channel-mixing MLPs over image patches).
 
 Each ``make_*`` returns (model, blocks, example input): ``blocks`` is the chain to checkpoint;
 ``model(x) == model.epilogue(blocks(model.prologue(x)))``. ``loss`` is a training loss for any
@@ -240,7 +242,56 @@ def make_llama(
     return model, model.layers, torch.randint(0, vocab, (batch, seq))
 
 
-MODELS = {"mlp": make_mlp, "gpt": make_gpt, "resnet": make_resnet, "llama": make_llama}
+class MixerBlock(nn.Module):
+    """MLP-Mixer: an MLP across patches (token mixing), then one across channels."""
+
+    def __init__(self, patches: int, width: int) -> None:
+        super().__init__()
+        self.token_norm = nn.LayerNorm(width)
+        self.token_mlp = nn.Sequential(
+            nn.Linear(patches, 2 * patches), nn.GELU(), nn.Linear(2 * patches, patches)
+        )
+        self.channel_norm = nn.LayerNorm(width)
+        self.channel_mlp = nn.Sequential(
+            nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.token_mlp(self.token_norm(x).transpose(1, 2)).transpose(1, 2)
+        return x + self.channel_mlp(self.channel_norm(x))
+
+
+class Mixer(nn.Module):
+    def __init__(self, depth: int, width: int, patch: int, size: int, classes: int = 10) -> None:
+        super().__init__()
+        patches = (size // patch) ** 2
+        self.stem = nn.Conv2d(3, width, patch, stride=patch)
+        self.layers = nn.Sequential(*[MixerBlock(patches, width) for _ in range(depth)])
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, classes)
+
+    def prologue(self, images: torch.Tensor) -> torch.Tensor:
+        return self.stem(images).flatten(2).transpose(1, 2)
+
+    def epilogue(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(x).mean(dim=1))
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.epilogue(self.layers(self.prologue(images)))
+
+
+def make_mixer(depth: int = 4, width: int = 128, patch: int = 4, size: int = 32, batch: int = 16):
+    model = Mixer(depth, width, patch, size)
+    return model, model.layers, torch.randn(batch, 3, size, size)
+
+
+MODELS = {
+    "mlp": make_mlp,
+    "gpt": make_gpt,
+    "resnet": make_resnet,
+    "llama": make_llama,
+    "mixer": make_mixer,
+}
 
 
 def loss(output: torch.Tensor) -> torch.Tensor:

@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import pathlib
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ._solve import ParetoFront
 
+if TYPE_CHECKING:
+    from .compiled import Tradeoff
+
 
 def plot_pareto(
-    front: ParetoFront, path: str | pathlib.Path, *, budget: float | None = None, title: str | None = None
+    front: ParetoFront,
+    path: str | pathlib.Path,
+    *,
+    budget: float | None = None,
+    title: str | None = None,
 ) -> pathlib.Path:
     """Writes best saved runtime against budget as a step curve up to front.max_memory, with
     ``budget`` (the one torch would plan for; default front.max_memory) marked. The format
@@ -26,10 +34,24 @@ def plot_pareto(
     values = np.append(front.max_runtime, front.max_runtime[-1])
     chosen = front.value_at(budget)
     figure, axes = plt.subplots(figsize=(7, 4.2), dpi=120)
-    axes.step(budgets, values, where="post", color="#1f5f99", linewidth=1.6, label="best saved runtime (exact)")
+    axes.step(
+        budgets,
+        values,
+        where="post",
+        color="#1f5f99",
+        linewidth=1.6,
+        label="best saved runtime (exact)",
+    )
     axes.plot(front.budgets, front.max_runtime, "o", color="#1f5f99", markersize=3)
     axes.axvline(budget, color="#c0392b", linestyle="--", linewidth=1.2)
-    axes.plot([budget], [chosen], "s", color="#c0392b", markersize=7, label=f"budget {budget:g}: saves {chosen:.4g}")
+    axes.plot(
+        [budget],
+        [chosen],
+        "s",
+        color="#c0392b",
+        markersize=7,
+        label=f"budget {budget:g}: saves {chosen:.4g}",
+    )
     axes.set_xlabel("memory budget (same unit as the instance's memory)")
     axes.set_ylabel("saved runtime")
     axes.set_title(title or f"Exact trade-off curve ({len(front.budgets)} breakpoints)")
@@ -37,6 +59,61 @@ def plot_pareto(
     axes.set_ylim(bottom=0)
     axes.grid(alpha=0.3)
     axes.legend(loc="lower right")
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+    return path
+
+
+def plot_tradeoff(
+    tradeoff: "Tradeoff", path: str | pathlib.Path, *, title: str | None = None
+) -> pathlib.Path:
+    """Writes a compiled model's trade-off (``remat.torch.tradeoff``): estimated recompute
+    against predicted step peak for every plan, the Pareto-optimal ones joined as the steps a
+    byte budget moves along, and the measured peaks where some were measured."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = pathlib.Path(path)
+    mib = float(2**20)
+    figure, axes = plt.subplots(figsize=(7, 4.2), dpi=120)
+    others = [p for p in tradeoff.points if not p.pareto]
+    curve = sorted(tradeoff.curve, key=lambda p: p.predicted_peak)
+    if others:
+        axes.plot(
+            [p.predicted_peak / mib for p in others],
+            [p.recompute for p in others],
+            "o",
+            color="#999999",
+            markersize=3,
+            label="other plans (dominated)",
+        )
+    axes.step(
+        [p.predicted_peak / mib for p in curve],
+        [p.recompute for p in curve],
+        where="post",
+        color="#1f5f99",
+        marker="o",
+        markersize=4,
+        label="least recompute within a budget",
+    )
+    measured = [p for p in tradeoff.points if p.measured_peak is not None]
+    if measured:
+        axes.plot(
+            [p.measured_peak / mib for p in measured],
+            [p.recompute for p in measured],
+            "s",
+            color="#c0392b",
+            markersize=6,
+            label="measured peak",
+        )
+    axes.set_xlabel("step peak (MiB)")
+    axes.set_ylabel(f"estimated recompute ({tradeoff.runtime_unit})")
+    axes.set_title(title or f"torch.compile ({tradeoff.backend}) peak against recompute")
+    axes.grid(alpha=0.3)
+    axes.legend(loc="upper right")
     figure.tight_layout()
     figure.savefig(path)
     plt.close(figure)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import statistics
+import warnings
 from typing import Any, Iterator
 
 import torch
@@ -29,8 +30,11 @@ import torch._functorch.config as functorch_config
 from torch._functorch import partitioners
 
 from . import __version__
+from . import compiled as _compiled
 from ._solve import SOLVERS, Result, solve
+from .compiled import BudgetTooSmall, GraphChoice, Tradeoff, tradeoff
 from .eager import distributed as _distributed
+from .units import parse_bytes
 
 try:
     from torch._inductor.custom_graph_pass import CustomKnapsackSolver
@@ -92,16 +96,33 @@ def node_runtimes(nodes: list[Any]) -> list[float]:
 class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
     """A CustomKnapsackSolver backed by remat; its uuid() keeps the AOTAutograd cache working."""
 
-    def __init__(self, solver: str = "exact", *, time_limit: float | None = None) -> None:
+    def __init__(
+        self,
+        solver: str = "exact",
+        *,
+        time_limit: float | None = None,
+        memory_budget: int | float | str | None = None,
+        max_candidates: int = 33,
+    ) -> None:
         _require_custom_knapsack_solver()
         if solver not in SOLVERS:
             raise ValueError(
                 f"solver: unknown solver '{solver}' (expected one of {', '.join(SOLVERS)})"
             )
+        if isinstance(max_candidates, bool) or not isinstance(max_candidates, int):
+            raise TypeError("max_candidates: expected an int >= 2")
+        if max_candidates < 2:
+            raise ValueError(f"max_candidates: expected an int >= 2, got {max_candidates}")
         self.solver = solver
         self.time_limit = time_limit
+        self.memory_budget = None if memory_budget is None else parse_bytes(memory_budget)
+        if memory_budget is not None:
+            _compiled.require_partitioner_internals()
+        self.max_candidates = max_candidates
+        self.survey = False  # tradeoff(): predict every candidate, keep everything
         self.last_result: Result | None = None
         self.last_runtimes: list[float] | None = None
+        self.choices: list[_compiled.GraphChoice] = []  # one per graph, byte budgets only
 
     def __call__(
         self,
@@ -111,7 +132,8 @@ class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
         node_info: Any,
         all_recomputable_banned_nodes: list[Any],
     ) -> tuple[list[int], list[int]]:
-        runtimes = node_runtimes(all_recomputable_banned_nodes)
+        nodes = all_recomputable_banned_nodes
+        runtimes = node_runtimes(nodes)
         if _distributed.active():
             # torch's default estimator counts flops, the same on every rank; a measuring one
             # ("profile") is not. Every rank solves with the median runtimes, and the plans are
@@ -120,32 +142,104 @@ class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
                 gathered = _distributed.all_gather(runtimes, "torch.compile's knapsack runtimes")
             if len({len(r) for r in gathered}) == 1:
                 runtimes = [statistics.median(values) for values in zip(*gathered)]
-        result = solve(memory, runtimes, max_memory, solver=self.solver, time_limit=self.time_limit)
+        self.last_runtimes = runtimes
+        if self.memory_budget is None and not self.survey:
+            result = solve(
+                memory, runtimes, max_memory, solver=self.solver, time_limit=self.time_limit
+            )
+            self.last_result = result
+            saved, recomputed = list(result.saved), list(result.recomputed)
+        else:
+            saved, recomputed = self._within_bytes(runtimes, joint_graph, node_info, nodes)
         if _distributed.active():
             with _outside_tracing():
-                _distributed.verify_same_plan([result.saved], what="torch.compile knapsack plan")
-        self.last_result, self.last_runtimes = result, runtimes
-        return list(result.saved), list(result.recomputed)
+                _distributed.verify_same_plan([saved], what="torch.compile knapsack plan")
+        return saved, recomputed
+
+    def _within_bytes(
+        self, runtimes: list[float], joint_graph: Any, node_info: Any, nodes: list[Any]
+    ) -> tuple[list[int], list[int]]:
+        """The least-recompute plan whose predicted step peak fits memory_budget
+        (remat.compiled.budget); when surveying, every candidate predicted and all kept."""
+        partitioner = _compiled.Partitioner(joint_graph, node_info)
+        plans = _compiled.front_plans(
+            _compiled.candidate_sizes(nodes), runtimes, self.max_candidates
+        )
+        choice = _compiled.choose(
+            plans,
+            lambda recomputed: partitioner([nodes[i] for i in recomputed]).peak,
+            None if self.survey else self.memory_budget,
+        )
+        self.choices.append(choice)
+        if len(self.choices) == 2 and not self.survey:
+            warnings.warn(
+                "remat.torch.use(memory_budget=...): a second graph was partitioned (a graph "
+                "break, DDP's bucketing, or a recompile); the budget holds for each graph on its "
+                "own, and graphs that run in the same step add up",
+                stacklevel=2,
+            )
+        if self.survey:
+            return list(range(len(nodes))), []
+        return _compiled.knapsack_answer(choice, len(nodes))
 
     def uuid(self) -> str:
-        key = f"remat-{__version__}-{self.solver}-{self.time_limit}"
+        key = (
+            f"remat-{__version__}-{self.solver}-{self.time_limit}-{self.memory_budget}"
+            f"-{self.max_candidates}-{self.survey}"
+        )
         return hashlib.sha256(key.encode()).hexdigest()
 
 
 class use:
-    """Makes torch.compile's memory-budget partitioner use remat; restores the previous solver
-    when used as a context manager (a plain call leaves remat in place)."""
+    """Makes torch.compile's memory-budget partitioner use remat; restores what it changed
+    when used as a context manager (a plain call leaves remat in place).
 
-    def __init__(self, solver: str = "exact", *, time_limit: float | None = None) -> None:
-        self.knapsack_solver = RematKnapsackSolver(solver, time_limit=time_limit)
-        self._previous = functorch_config.activation_memory_budget_solver
+    ``use()`` / ``use("exact")``: torch's ratio budget (``activation_memory_budget``), solved
+    exactly. ``use(memory_budget="6GiB")`` (or bytes): each compiled graph gets the
+    least-recompute plan whose predicted peak fits, the peak of everything its forward and
+    backward allocate (activations, recomputed tensors, the backward's working set and the
+    gradients it returns; not parameters, inputs or optimizer state). It routes every graph to
+    remat by setting ``activation_memory_budget`` just above 0, and raises
+    :class:`BudgetTooSmall` at compile time, naming the least predicted peak, when nothing fits.
+    The budget holds for each compiled graph on its own: with a graph break, their sum can
+    exceed it (a warning says so). ``max_candidates`` caps the plans predicted per graph.
+    """
+
+    def __init__(
+        self,
+        solver: str = "exact",
+        *,
+        time_limit: float | None = None,
+        memory_budget: int | float | str | None = None,
+        max_candidates: int = 33,
+    ) -> None:
+        self.knapsack_solver = RematKnapsackSolver(
+            solver,
+            time_limit=time_limit,
+            memory_budget=memory_budget,
+            max_candidates=max_candidates,
+        )
+        self._previous = (
+            functorch_config.activation_memory_budget_solver,
+            functorch_config.activation_memory_budget,
+            partitioners.choose_saved_values_set,
+        )
         functorch_config.activation_memory_budget_solver = self.knapsack_solver
+        if self.knapsack_solver.memory_budget is not None:
+            functorch_config.activation_memory_budget = _compiled.ROUTE_TO_SOLVER
+            partitioners.choose_saved_values_set = _compiled.guarded_choice(
+                self._previous[2], self.knapsack_solver
+            )
 
     def __enter__(self) -> RematKnapsackSolver:
         return self.knapsack_solver
 
     def __exit__(self, *exc: object) -> None:
-        functorch_config.activation_memory_budget_solver = self._previous
+        (
+            functorch_config.activation_memory_budget_solver,
+            functorch_config.activation_memory_budget,
+            partitioners.choose_saved_values_set,
+        ) = self._previous
 
 
 from .eager import (  # noqa: E402  (eager checkpointing lives in its own module)
@@ -165,6 +259,8 @@ from .saved_memory import SavedTensorMeter  # noqa: E402
 
 __all__ = [
     "AutoCheckpoint",
+    "BudgetTooSmall",
+    "GraphChoice",
     "COMPILE_MIN_TORCH",
     "LayerProfile",
     "Measurement",
@@ -172,6 +268,7 @@ __all__ = [
     "Profile",
     "RematKnapsackSolver",
     "SavedTensorMeter",
+    "Tradeoff",
     "auto_checkpoint",
     "checkpoint_sequential",
     "find_blocks",
@@ -179,5 +276,6 @@ __all__ = [
     "node_runtimes",
     "plan",
     "profile_layers",
+    "tradeoff",
     "use",
 ]

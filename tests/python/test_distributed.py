@@ -313,3 +313,32 @@ def _compile_worker(rank, world, store, out):
 def test_use_under_ddp_gives_every_rank_the_same_plan(tmp_path):
     results = _spawn(_compile_worker, 2, tmp_path)
     assert results[0]["saved"] == results[1]["saved"]
+
+
+def _compile_bytes_worker(rank, world, store, out):
+    import warnings
+
+    import remat.torch as rt
+
+    _init(rank, world, store)
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = DDP(Net(depth=3))
+    x = torch.randn(8, 32) + rank
+    torch._dynamo.reset()
+    with warnings.catch_warnings(), rt.use(memory_budget="64MiB") as solver:
+        warnings.simplefilter("ignore")  # DDP's bucketing may split the graph
+        compiled = torch.compile(model, backend="aot_eager")
+        compiled(x).pow(2).mean().backward()
+    plans = [
+        [sorted(c.chosen.recomputed), c.chosen.peak.peak, len(c.candidates)] for c in solver.choices
+    ]
+    _write(out, rank, {"plans": plans})
+    _finish()
+
+
+def test_byte_budget_under_ddp_gives_every_rank_the_same_plan_and_prediction(tmp_path):
+    """Predictions come from the graph's shapes and the runtimes every rank agrees on (torch's
+    flop counts by default), so each rank picks the same plan with the same predicted peak."""
+    results = _spawn(_compile_bytes_worker, 2, tmp_path)
+    assert results[0]["plans"] and results[0]["plans"] == results[1]["plans"]

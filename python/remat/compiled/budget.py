@@ -1,0 +1,127 @@
+"""The least-recompute plan whose predicted peak fits a budget in bytes.
+
+Algorithm: the candidates are the plans at the breakpoints of the knapsack's exact Pareto front
+(bytes of the candidate ops kept against runtime spared; ``remat.pareto``, one
+Nemhauser-Ullmann pass), each turned into a partition whose step peak is predicted by a
+liveness walk (``partition.py``, ``liveness.py``). They are ordered by estimated recompute, then
+by predicted peak; the choice is the first in that order whose peak fits. The order does not
+depend on the budget, so a smaller budget can only move the choice later: never less recompute,
+never a higher predicted peak (if the larger budget's choice fits the smaller budget it is the
+smaller budget's choice too; otherwise its peak is above the smaller budget, which bounds the
+new choice's). Candidates are evaluated lazily in that order, so a generous budget costs one
+partition.
+
+Time: the front has at most ``max_candidates`` plans kept (evenly spaced over the breakpoints
+when there are more, independently of the budget); each costs a min-cut and a graph walk.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from .._solve import pareto, solve
+from ..units import format_bytes
+from .liveness import StepPeak
+
+
+class BudgetTooSmall(MemoryError):
+    """No plan's predicted peak fits the byte budget; the message names the least one."""
+
+    def __init__(self, budget: int, least: "Candidate", evaluated: int) -> None:
+        self.budget, self.least_peak = budget, least.peak.peak
+        super().__init__(
+            f"memory_budget: {format_bytes(budget)} ({budget} bytes) is below the least "
+            f"predicted peak of this compiled graph, {format_bytes(least.peak.peak)} "
+            f"({least.peak.peak} bytes: forward {format_bytes(least.peak.forward_peak)}, "
+            f"backward {format_bytes(least.peak.backward_peak)}), reached by recomputing "
+            f"{len(least.recomputed)} of the candidate ops; {evaluated} plans were predicted. "
+            "Raise the budget, or shrink the batch."
+        )
+
+
+@dataclass(frozen=True)
+class Candidate:
+    recomputed: tuple[int, ...]  # indices into the solver's candidate ops
+    recompute: float  # their estimated runtime, in the estimator's unit (flops by default)
+    peak: StepPeak
+
+
+@dataclass
+class GraphChoice:
+    """What the byte-budget solver decided for one compiled graph."""
+
+    budget: int | None  # None when surveying (tradeoff)
+    chosen: Candidate | None
+    candidates: list[Candidate] = field(default_factory=list)  # predicted, in choice order
+    plans: int = 0  # plans on the (thinned) front
+    seconds: float = 0.0
+
+
+def front_plans(
+    sizes: Sequence[int], runtimes: Sequence[float], max_candidates: int
+) -> list[tuple[tuple[int, ...], float]]:
+    """(recomputed indices, recompute) at each breakpoint of the exact front, least recompute
+    first, at most ``max_candidates`` of them (first and last always kept)."""
+    n = len(sizes)
+    total = float(sum(sizes))
+    if n == 0 or total <= 0:
+        return [((), 0.0)]
+    memory = [size / total for size in sizes]
+    scale = 10000.0
+    front = pareto(memory, runtimes, 1.0, scale=scale)
+    budgets = sorted(set(float(b) for b in front.budgets), reverse=True)
+    if budgets[0] < 1.0:
+        budgets.insert(0, 1.0)
+    if len(budgets) > max_candidates:
+        step = (len(budgets) - 1) / (max_candidates - 1)
+        budgets = [budgets[round(i * step)] for i in range(max_candidates)]
+    plans: dict[tuple[int, ...], float] = {(): 0.0}  # keep everything, whatever the rounding
+    all_runtime = float(sum(runtimes))
+    for budget in budgets:
+        result = solve(memory, runtimes, budget, scale=scale)
+        recomputed = tuple(result.recomputed)
+        plans.setdefault(recomputed, max(0.0, all_runtime - result.max_runtime))
+    return sorted(plans.items(), key=lambda item: (item[1], len(item[0])))
+
+
+def choose(
+    plans: Sequence[tuple[tuple[int, ...], float]],
+    predict: Callable[[tuple[int, ...]], StepPeak],
+    budget: int | None,
+) -> GraphChoice:
+    """The first plan (least recompute, then least peak) whose predicted peak fits ``budget``;
+    every plan when ``budget`` is None. Raises BudgetTooSmall when none fits."""
+    started = time.perf_counter()
+    choice = GraphChoice(budget=budget, chosen=None, plans=len(plans))
+    fitting_recompute: float | None = None
+    for recomputed, recompute in plans:
+        if fitting_recompute is not None and recompute > fitting_recompute:
+            break  # the rest recompute more than a plan that fits
+        candidate = Candidate(recomputed, recompute, predict(recomputed))
+        choice.candidates.append(candidate)
+        if budget is not None and candidate.peak.peak <= budget:
+            if choice.chosen is None or candidate.peak.peak < choice.chosen.peak.peak:
+                choice.chosen = candidate
+            fitting_recompute = recompute
+    choice.seconds = time.perf_counter() - started
+    if budget is not None and choice.chosen is None:
+        least = min(choice.candidates, key=lambda c: (c.peak.peak, c.recompute))
+        raise BudgetTooSmall(budget, least, len(choice.candidates))
+    return choice
+
+
+def knapsack_answer(choice: GraphChoice, n: int) -> tuple[list[int], list[int]]:
+    """(saved, recomputed) indices, as torch's solver interface returns them."""
+    assert choice.chosen is not None
+    recomputed = sorted(choice.chosen.recomputed)
+    chosen = set(recomputed)
+    return [i for i in range(n) if i not in chosen], recomputed
+
+
+def candidate_sizes(nodes: Sequence[Any]) -> list[int]:
+    """Bytes of each candidate op's output, as torch's partitioner sizes them."""
+    from torch._functorch.partitioners import _size_of
+
+    return [int(_size_of(node)) for node in nodes]

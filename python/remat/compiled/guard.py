@@ -1,0 +1,42 @@
+"""The budget check for graphs torch partitions without asking the solver.
+
+With ``activation_memory_budget`` just above 0, torch's ``choose_saved_values_set`` still
+decides some graphs itself: when no candidate op can be recomputed, when its default plan saves
+no more than the inputs, or when a more aggressive min-cut already saves almost nothing. Those
+plans are already the least it can save, but their peak was never compared with the byte
+budget. This wrapper predicts it and raises BudgetTooSmall when it does not fit, so a byte
+budget is never silently exceeded.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .budget import BudgetTooSmall, Candidate, GraphChoice
+from .partition import Partitioner
+
+#: The ratio budget that sends every graph with recomputable candidates to the solver: torch
+#: returns early only for plans whose ratio is below it, which no plan saving more than the
+#: inputs has.
+ROUTE_TO_SOLVER = 1e-9
+
+
+def guarded_choice(original: Callable[..., Any], solver: Any) -> Callable[..., Any]:
+    def choose_saved_values_set(joint_graph: Any, node_info: Any, memory_budget: float = 1) -> Any:
+        asked_before = len(solver.choices)
+        saved_values = original(joint_graph, node_info, memory_budget)
+        if memory_budget != ROUTE_TO_SOLVER or len(solver.choices) != asked_before:
+            return saved_values  # another budget (a region annotation), or the solver decided
+        if solver.survey or solver.memory_budget is None:
+            return saved_values
+        partitioner = Partitioner(joint_graph, node_info)
+        peak = partitioner.partition_saving(list(saved_values)).peak
+        candidate = Candidate((), 0.0, peak)
+        solver.choices.append(
+            GraphChoice(budget=solver.memory_budget, chosen=candidate, candidates=[candidate])
+        )
+        if peak.peak > solver.memory_budget:
+            raise BudgetTooSmall(solver.memory_budget, candidate, 1)
+        return saved_values
+
+    return choose_saved_values_set

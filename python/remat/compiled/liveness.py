@@ -1,0 +1,172 @@
+"""The peak of live bytes of a training step as torch.compile's partitioner emits it.
+
+Algorithm: a liveness walk over the forward graph, then over the backward graph, in node order.
+A storage is allocated by the first node that produces a tensor on it and freed after the last
+node that reads any tensor on it (views share their base's storage, so they neither allocate nor
+end a lifetime early). Storages a graph returns stay live: the forward returns the tensors it
+saves for backward and the user's outputs; the backward returns gradients. The backward starts
+with the saved tensors, the incoming gradients (tangents) and the forward's outputs live, and
+frees each saved tensor after its last use, as AOTAutograd's backward does (it clears the saved
+tensors and steals its arguments); ENGINE_RESERVE bytes are added for the autograd engine's own
+scalars. Storages of the graph inputs (parameters, the user's inputs)
+existed before the step and are not counted.
+
+Time O(N + E) for a graph of N nodes and E edges; memory O(N).
+
+This is the execution order of ``aot_eager``: each node's result is materialized and dropped
+after its last use. Inductor fuses pointwise chains and never materializes their intermediates,
+so on inductor this is an upper bound up to its reordering; the tests and
+``bench/compile_budget.py`` measure both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import torch
+import torch.fx as fx
+from torch.multiprocessing.reductions import StorageWeakRef
+
+
+def _hint(value: Any) -> int:
+    """An int for a possibly symbolic size (dynamic shapes take their traced hint)."""
+    if isinstance(value, int):
+        return value
+    from torch.fx.experimental.symbolic_shapes import hint_int
+
+    return int(hint_int(value, fallback=4096))
+
+
+def _tensors(node: fx.Node) -> list[torch.Tensor]:
+    value = node.meta.get("val")
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [item for item in value if isinstance(item, torch.Tensor)]
+    return []
+
+
+def _storages(node: fx.Node) -> dict[int, int]:
+    """Storage key -> bytes for every tensor a node produces."""
+    found: dict[int, int] = {}
+    for tensor in _tensors(node):
+        storage = tensor.untyped_storage()
+        found[StorageWeakRef(storage).cdata] = _hint(storage.nbytes())
+    return found
+
+
+def storage_bytes(nodes: Iterable[fx.Node]) -> int:
+    """Bytes of the distinct storages behind ``nodes``."""
+    found: dict[int, int] = {}
+    for node in nodes:
+        found.update(_storages(node))
+    return sum(found.values())
+
+
+@dataclass(frozen=True)
+class GraphWalk:
+    peak: int  # most bytes live at once, counting what was live on entry
+    held_at_end: int  # bytes of the storages the graph returns that it allocated or was given
+
+
+def walk_graph(graph: fx.Graph, live_on_entry: dict[int, int], kept: set[int]) -> GraphWalk:
+    """Runs the liveness walk over one graph.
+
+    ``live_on_entry``: storages live when the graph starts, freed after their last use here
+    unless in ``kept``. ``kept``: storages that outlive the graph whatever it does (the
+    parameters, the user's inputs, outputs still held by the caller); never counted unless
+    they are also in ``live_on_entry``."""
+    nodes = list(graph.nodes)
+    keys_of = {node: _storages(node) for node in nodes}
+    output_keys: set[int] = set()
+    last_use: dict[int, int] = {}
+    for index, node in enumerate(nodes):
+        if node.op == "output":
+            for arg in node.all_input_nodes:
+                output_keys.update(keys_of[arg])
+            continue
+        for arg in node.all_input_nodes:
+            for key in keys_of[arg]:
+                last_use[key] = index
+
+    live = dict(live_on_entry)
+    placeholders = set()
+    for node in nodes:
+        if node.op == "placeholder":
+            placeholders.update(keys_of[node])
+    total = sum(live.values())
+    peak = total
+    free_after: dict[int, list[int]] = {}
+    for key in live:
+        if key not in kept and key not in output_keys:
+            free_after.setdefault(last_use.get(key, -1), []).append(key)
+    for key in list(free_after.get(-1, [])):  # given but never read: gone at the start
+        total -= live.pop(key)
+    for index, node in enumerate(nodes):
+        if node.op in ("placeholder", "output"):
+            continue
+        for key, nbytes in keys_of[node].items():
+            if key in live or key in placeholders or key in kept:
+                continue
+            live[key] = nbytes
+            total += nbytes
+            if key not in output_keys:
+                free_after.setdefault(max(last_use.get(key, index), index), []).append(key)
+        peak = max(peak, total)
+        for key in free_after.get(index, ()):
+            if key in live:
+                total -= live.pop(key)
+    held = sum(nbytes for key, nbytes in live.items() if key in output_keys)
+    return GraphWalk(peak=peak, held_at_end=held)
+
+
+#: Bytes reserved in the backward for the autograd engine's own small tensors outside both
+#: graphs (the seed gradient of a scalar loss and the like): measured 4 bytes on the test models.
+ENGINE_RESERVE = 512
+
+
+@dataclass(frozen=True)
+class StepPeak:
+    """Predicted bytes of one training step through a compiled forward and backward."""
+
+    peak: int  # max(forward_peak, backward_peak)
+    forward_peak: int
+    saved: int  # bytes the forward saves for backward, not counting parameters and inputs
+    backward_peak: int  # includes the saved bytes, the incoming gradients and the outputs
+
+
+def _placeholder_keys(graph: fx.Graph, *, prefix: str | None = None) -> dict[int, int]:
+    found: dict[int, int] = {}
+    for node in graph.find_nodes(op="placeholder"):
+        if prefix is None or str(node.target).startswith(prefix):
+            found.update(_storages(node))
+    return found
+
+
+def step_peak(forward: fx.GraphModule, backward: fx.GraphModule, num_user_outputs: int) -> StepPeak:
+    """Walks the forward, then the backward, of one partition (see the module docstring)."""
+    inputs = _placeholder_keys(forward.graph)
+    forward_walk = walk_graph(forward.graph, {}, kept=set(inputs))
+    output_node = next(iter(forward.graph.find_nodes(op="output")))
+    returned = [arg for arg in output_node.all_input_nodes]
+    flat = list(torch.utils._pytree.arg_tree_leaves(*output_node.args))
+    user_nodes = [arg for arg in flat[:num_user_outputs] if isinstance(arg, fx.Node)]
+    user = {k: v for n in user_nodes for k, v in _storages(n).items() if k not in inputs}
+    saved = {
+        k: v
+        for n in returned
+        if n not in user_nodes
+        for k, v in _storages(n).items()
+        if k not in inputs and k not in user
+    }
+    tangents = _placeholder_keys(backward.graph, prefix="tangents")
+    on_entry = {**saved, **user, **tangents}
+    backward_walk = walk_graph(backward.graph, on_entry, kept=set(inputs) | set(user))
+    backward_peak = backward_walk.peak + ENGINE_RESERVE
+    return StepPeak(
+        peak=max(forward_walk.peak, backward_peak),
+        forward_peak=forward_walk.peak,
+        saved=sum(saved.values()),
+        backward_peak=backward_peak,
+    )

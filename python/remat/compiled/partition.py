@@ -1,0 +1,142 @@
+"""One knapsack plan turned into the forward and backward graphs torch's partitioner would emit.
+
+torch's ``choose_saved_values_set`` hands a knapsack solver the recomputable candidates; the
+plan it gets back becomes a set of nodes it may recompute (``dont_ban``), a min-cut
+(``solve_min_cut`` with the aggressive options) picks the saved values, and
+``_extract_fwd_bwd_modules`` cuts the joint graph. This module runs those same steps for a
+candidate plan, without changing the joint graph, so its peak can be predicted before torch
+commits to it. These are torch internals: ``require_partitioner_internals`` names what is
+missing on a torch that lacks them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+import torch.fx as fx
+from torch._functorch import config as functorch_config
+from torch._functorch import partitioners
+
+from .liveness import StepPeak, step_peak
+
+_INTERNALS = (
+    "MinCutOptions",
+    "solve_min_cut",
+    "_extract_fwd_bwd_modules",
+    "reordering_to_mimic_autograd_engine",
+    "is_sym_node",
+)
+
+
+def require_partitioner_internals() -> None:
+    missing = [name for name in _INTERNALS if not hasattr(partitioners, name)]
+    if missing:
+        raise RuntimeError(
+            "remat.torch.use(memory_budget=...): this torch's partitioner lacks "
+            f"{', '.join(missing)}, which remat needs to predict the peak of each plan"
+        )
+
+
+def forward_output_count(joint_graph: fx.Graph) -> int:
+    """How many of the joint graph's outputs belong to the forward: the ones before the first
+    gradient, from the output descriptors AOTAutograd attaches."""
+    from torch._functorch._aot_autograd.descriptors import GradAOTOutput
+
+    output = next(iter(joint_graph.find_nodes(op="output")))
+    descs = output.meta.get("desc")
+    if not descs:
+        raise RuntimeError(
+            "remat.torch.use(memory_budget=...): the joint graph's outputs carry no descriptors "
+            "('desc' meta), so the forward outputs cannot be told from the gradients"
+        )
+    descs = list(torch_tree_leaves(descs))
+    for index, desc in enumerate(descs):
+        if isinstance(desc, GradAOTOutput):
+            return index
+    return len(descs)
+
+
+def torch_tree_leaves(value: Any) -> list[Any]:
+    import torch.utils._pytree as pytree
+
+    return pytree.tree_leaves(value)
+
+
+def aggressive_options() -> Any:
+    """The min-cut options torch's knapsack path uses (choose_saved_values_set)."""
+    config = functorch_config
+    options = partitioners.MinCutOptions(
+        ban_if_used_far_apart=config.ban_recompute_used_far_apart,
+        ban_if_long_fusible_chains=config.ban_recompute_long_fusible_chains,
+        ban_if_materialized_backward=config.ban_recompute_materialized_backward,
+        ban_if_not_in_allowlist=config.ban_recompute_not_in_allowlist,
+        ban_if_reduction=config.ban_recompute_reductions,
+    )
+    return replace(
+        options,
+        ban_if_used_far_apart=False,
+        ban_if_long_fusible_chains=False,
+        ban_if_materialized_backward=False,
+        ban_if_not_in_allowlist=False,
+    )
+
+
+@dataclass(frozen=True)
+class Partition:
+    saved_names: frozenset[str]  # the saved values' node names: equal sets, equal partitions
+    peak: StepPeak
+
+
+class Partitioner:
+    """Partitions one joint graph for any set of recomputed candidates."""
+
+    def __init__(self, joint_graph: fx.Graph, node_info: Any) -> None:
+        require_partitioner_internals()
+        self.joint_graph = joint_graph
+        self.joint_module = joint_graph.owning_module
+        if self.joint_module is None:
+            raise RuntimeError("remat.torch.use(memory_budget=...): the joint graph has no module")
+        self.node_info = node_info
+        self.num_fwd_outputs = forward_output_count(joint_graph)
+        self.options = aggressive_options()
+        self._by_saved: dict[frozenset[str], Partition] = {}
+
+    def __call__(self, recomputed: Sequence[fx.Node]) -> Partition:
+        from torch.utils._ordered_set import OrderedSet
+
+        saved_values, _ = partitioners.solve_min_cut(
+            self.joint_graph, self.node_info, self.options, OrderedSet(recomputed)
+        )
+        return self.partition_saving(list(saved_values))
+
+    def partition_saving(self, saved_values: list[fx.Node]) -> Partition:
+        """The partition that saves exactly ``saved_values`` (torch's choice or a min-cut's)."""
+        key = frozenset(node.name for node in saved_values)
+        if key not in self._by_saved:
+            self._by_saved[key] = Partition(key, self._peak(saved_values))
+        return self._by_saved[key]
+
+    def _peak(self, saved_values: list[fx.Node]) -> StepPeak:
+        is_opaque = _opaque_test()
+        sym = [n for n in saved_values if partitioners.is_sym_node(n)]
+        opaque = [n for n in saved_values if is_opaque(n)]
+        tensors = [n for n in saved_values if n not in sym and n not in opaque]
+        forward, backward = partitioners._extract_fwd_bwd_modules(
+            self.joint_module,
+            tensors,
+            saved_sym_nodes=sym,
+            saved_opaque_nodes=opaque,
+            num_fwd_outputs=self.num_fwd_outputs,
+            static_lifetime_input_nodes=self.node_info.static_lifetime_input_nodes,
+        )
+        backward = partitioners.reordering_to_mimic_autograd_engine(backward)
+        return step_peak(forward, backward, self.num_fwd_outputs)
+
+
+def _opaque_test() -> Any:
+    try:
+        from torch._functorch._aot_autograd.graph_compile import is_opaque_node
+    except ImportError:
+        return lambda node: False
+    return is_opaque_node

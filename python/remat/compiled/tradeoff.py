@@ -1,0 +1,164 @@
+"""remat.torch.tradeoff: predicted peak against estimated recompute over a model's whole range.
+
+One compile predicts every candidate plan of the (thinned) Pareto front; the Pareto-optimal
+ones in (predicted peak, recompute) are the curve a byte budget moves along. A few of them are
+then compiled again under ``use(memory_budget=<that peak>)`` and measured, so the user sees how
+the prediction holds on their model before choosing a budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+
+from ..units import format_bytes
+from .budget import Candidate, GraphChoice
+from .measure import measured_peak
+
+
+@dataclass(frozen=True)
+class TradeoffPoint:
+    predicted_peak: int  # bytes: the step's predicted peak under this plan
+    recompute: float  # estimated runtime of the recomputed candidate ops (estimator's unit)
+    recomputed_ops: int
+    saved: int  # bytes the forward saves for backward
+    pareto: bool  # no other plan has both a lower-or-equal peak and less-or-equal recompute
+    measured_peak: int | None = None  # bytes, where this point was compiled and measured
+
+
+@dataclass
+class Tradeoff:
+    points: list[TradeoffPoint]  # every predicted plan, least recompute first
+    runtime_unit: str
+    graphs: int  # compiled graphs; the curve is the first one's
+    backend: str
+    measured: list[int] = field(default_factory=list)  # indices into points that were measured
+
+    @property
+    def curve(self) -> list[TradeoffPoint]:
+        """The Pareto-optimal points, highest peak (least recompute) first."""
+        return [point for point in self.points if point.pareto]
+
+    def __str__(self) -> str:
+        lines = [
+            f"remat.torch.tradeoff ({self.backend}; recompute in {self.runtime_unit}; "
+            f"* = on the curve)",
+            f"{'':2}{'predicted peak':>16} {'measured':>12} {'saved':>12} "
+            f"{'recompute':>12} {'ops':>5}",
+        ]
+        for point in self.points:
+            measured = "" if point.measured_peak is None else format_bytes(point.measured_peak)
+            lines.append(
+                f"{'*' if point.pareto else ' ':2}{format_bytes(point.predicted_peak):>16} "
+                f"{measured:>12} {format_bytes(point.saved):>12} {point.recompute:>12.4g} "
+                f"{point.recomputed_ops:>5}"
+            )
+        if self.graphs > 1:
+            lines.append(f"({self.graphs} graphs were compiled; this is the first one's curve)")
+        return "\n".join(lines)
+
+
+def _points(choice: GraphChoice) -> list[TradeoffPoint]:
+    candidates: Sequence[Candidate] = choice.candidates
+    points = []
+    for candidate in candidates:
+        dominated = any(
+            other.peak.peak <= candidate.peak.peak
+            and other.recompute <= candidate.recompute
+            and (other.peak.peak, other.recompute) != (candidate.peak.peak, candidate.recompute)
+            for other in candidates
+        )
+        points.append(
+            TradeoffPoint(
+                predicted_peak=candidate.peak.peak,
+                recompute=candidate.recompute,
+                recomputed_ops=len(candidate.recomputed),
+                saved=candidate.peak.saved,
+                pareto=not dominated,
+            )
+        )
+    return points
+
+
+def _default_loss(output: Any) -> torch.Tensor:
+    tensors = [t for t in torch.utils._pytree.tree_leaves(output) if isinstance(t, torch.Tensor)]
+    return sum(t.float().sum() for t in tensors if t.requires_grad)
+
+
+def tradeoff(
+    model: Callable[..., Any],
+    *example_inputs: Any,
+    backend: str = "inductor",
+    measure: int = 3,
+    loss: Callable[[Any], torch.Tensor] = _default_loss,
+    max_candidates: int = 33,
+    **example_kwargs: Any,
+) -> Tradeoff:
+    """Compiles ``model`` once and predicts every candidate plan's step peak; then compiles and
+    measures ``measure`` points of the curve (0 to skip), spread from the highest peak to the
+    lowest. The model and ``loss`` are compiled together, so the peak covers the loss too; a step
+    is ``loss(model(*example_inputs, **example_kwargs)).backward()``, and gradients are cleared
+    after each one. Calls ``torch._dynamo.reset()`` before each compile,
+    since torch.compile's caches do not see the budget."""
+    from ..torch import node_runtimes, use  # noqa: F401  (the adapter owns the solver)
+    from torch._functorch import config as functorch_config
+
+    def training_loss(*args: Any, **kwargs: Any) -> torch.Tensor:
+        return loss(model(*args, **kwargs))
+
+    def step(compiled: Callable[..., Any]) -> None:
+        compiled(*example_inputs, **example_kwargs).backward()
+
+    def clear_grads() -> None:
+        if isinstance(model, torch.nn.Module):
+            model.zero_grad(set_to_none=True)
+
+    torch._dynamo.reset()
+    # A cache hit would skip the partitioner, and with it the survey.
+    no_cache = functorch_config.patch(enable_autograd_cache=False)
+    with no_cache, use(memory_budget=2**61, max_candidates=max_candidates) as solver:
+        solver.survey = True
+        step(torch.compile(training_loss, backend=backend))
+        clear_grads()
+        solver.survey = False
+    if not solver.choices:
+        raise RuntimeError(
+            "remat.torch.tradeoff: torch.compile partitioned no graph with recomputable ops "
+            "(nothing needs a backward, or every op is banned from recompute)"
+        )
+    estimator = functorch_config.activation_memory_budget_runtime_estimator
+    result = Tradeoff(
+        points=_points(solver.choices[0]),
+        runtime_unit="flops" if estimator == "flops" else str(estimator),
+        graphs=len(solver.choices),
+        backend=backend,
+    )
+    curve = [i for i, point in enumerate(result.points) if point.pareto]
+    curve.sort(key=lambda i: -result.points[i].predicted_peak)
+    if measure > 0 and curve:
+        picks = sorted(
+            {curve[round(k * (len(curve) - 1) / max(1, measure - 1))] for k in range(measure)}
+        )
+        device = _device_of(example_inputs, example_kwargs)
+        for index in picks:
+            point = result.points[index]
+            torch._dynamo.reset()
+            with use(memory_budget=point.predicted_peak, max_candidates=max_candidates):
+                compiled = torch.compile(training_loss, backend=backend)
+                step(compiled)
+                clear_grads()
+                peak = measured_peak(lambda: step(compiled), device)
+                clear_grads()
+            result.points[index] = TradeoffPoint(**{**point.__dict__, "measured_peak": peak})
+            result.measured.append(index)
+        torch._dynamo.reset()
+    return result
+
+
+def _device_of(args: Sequence[Any], kwargs: dict[str, Any]) -> torch.device:
+    for value in torch.utils._pytree.tree_leaves((args, kwargs)):
+        if isinstance(value, torch.Tensor):
+            return value.device
+    return torch.device("cpu")

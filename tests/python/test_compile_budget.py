@@ -1,0 +1,330 @@
+"""torch.compile to a budget in bytes (CPU): ``remat.torch.use(memory_budget=...)``.
+
+On the GPT-style, ResNet-style, MLP-Mixer and Llama-style models, at 5 byte budgets across each
+model's range: predicted peak <= budget, the measured peak (the CPU allocator's events under the
+profiler) <= the prediction, the measured peak never rises as the budget falls, and gradients
+equal eager's. The liveness walk is checked on hand-built graphs, the choice's monotonicity on
+synthetic predictions, and a budget below the least prediction raises at compile time.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch._functorch.config as functorch_config  # noqa: E402
+import torch.fx as fx  # noqa: E402
+from torch import nn  # noqa: E402
+
+from conftest import ROOT  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "examples"))
+import models  # noqa: E402
+
+import remat.torch as rt  # noqa: E402
+from remat.compiled import BudgetTooSmall, StepPeak, choose, measured_peak  # noqa: E402
+from remat.compiled.liveness import walk_graph  # noqa: E402
+
+MODELS = {
+    "gpt": lambda: models.make_gpt(depth=2, width=64, heads=4, seq=32, batch=4, dropout=0.0),
+    "resnet": lambda: models.make_resnet(per_stage=1, batch=4, size=16),
+    "mixer": lambda: models.make_mixer(depth=2, width=64, patch=4, size=16, batch=8),
+    "llama": lambda: models.make_llama(depth=2, width=64, heads=4, seq=32, batch=4, vocab=128),
+}
+
+
+def build(name):
+    torch.manual_seed(0)
+    model, _, x = MODELS[name]()
+    return model, x
+
+
+def step(fn, x):
+    fn(x).backward()
+
+
+def with_loss(model):
+    """The model and its loss, compiled together so the step's peak is the graph's."""
+    return lambda x: models.loss(model(x))
+
+
+def grads(model):
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def compiled_run(name, budget, backend="aot_eager"):
+    """(solver, predicted peak, measured peak, gradients) of one compiled step at ``budget``."""
+    torch._dynamo.reset()
+    model, x = build(name)
+    with (
+        functorch_config.patch(enable_autograd_cache=False),
+        rt.use(memory_budget=budget) as solver,
+    ):
+        compiled = torch.compile(with_loss(model), backend=backend)
+        step(compiled, x)
+        model.zero_grad(set_to_none=True)
+        measured = measured_peak(lambda: step(compiled, x))
+        gradients = grads(model)
+    assert len(solver.choices) == 1, "one graph, one decision"
+    return solver, solver.choices[0].chosen.peak.peak, measured, gradients
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def curve(request):
+    """A model's candidate plans, predicted once (remat.torch.tradeoff, no measurements)."""
+    model, x = build(request.param)
+    result = rt.tradeoff(model, x, backend="aot_eager", measure=0, loss=models.loss)
+    torch._dynamo.reset()
+    return request.param, result
+
+
+def budgets_across(result, count=5):
+    """``count`` budgets from above the least-recompute plan's peak down to the least peak (on a
+    one-point curve, from 20% above it)."""
+    high = max(p.predicted_peak for p in result.curve)
+    low = min(p.predicted_peak for p in result.curve)
+    if high == low:
+        high = int(low * 1.2)
+    return [int(high * 1.01 - (high * 1.01 - low) * k / (count - 1)) for k in range(count)]
+
+
+def test_byte_budgets_hold_and_the_measured_peak_falls_with_the_budget(curve):
+    name, result = curve
+    # On the ResNet-style model no plan's peak is below keeping everything: recomputing a
+    # BatchNorm's input in the backward of the first (largest) stage adds to that stage's peak.
+    assert len(result.curve) >= (1 if name == "resnet" else 2), result
+    model, x = build(name)
+    step(with_loss(model), x)
+    eager = grads(model)
+    rows = []
+    for budget in budgets_across(result):
+        solver, predicted, measured, gradients = compiled_run(name, budget)
+        rows.append((budget, predicted, measured))
+        assert predicted <= budget
+        assert measured <= budget, (
+            f"{name}: measured {measured} bytes exceeds the budget {budget} by "
+            f"{measured - budget}"
+        )
+        assert measured <= predicted, f"{name}: measured {measured} > predicted {predicted}"
+        for got, want in zip(gradients, eager):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    for (_, p_hi, m_hi), (_, p_lo, m_lo) in zip(rows, rows[1:]):
+        assert p_lo <= p_hi, rows
+        assert m_lo <= m_hi, f"{name}: measured peak rose as the budget fell: {rows}"
+
+
+def test_gradients_are_bitwise_those_of_torch_own_plan_on_the_same_backend():
+    """Recomputing replays the same aten ops: aot_eager's gradients under a tight byte budget
+    equal those of torch's default partition bit for bit."""
+    torch._dynamo.reset()
+    model, x = build("mixer")
+    compiled = torch.compile(with_loss(model), backend="aot_eager")
+    step(compiled, x)
+    reference = grads(model)
+    torch._dynamo.reset()
+    result = rt.tradeoff(*build("mixer"), backend="aot_eager", measure=0, loss=models.loss)
+    low = min(p.predicted_peak for p in result.curve)
+    _, _, _, gradients = compiled_run("mixer", low)
+    for got, want in zip(gradients, reference):
+        assert torch.equal(got, want)
+
+
+#: Inductor lowers some aten ops into several kernels with temporaries of their own (the
+#: backward of normalisations and attention), which the fx-level walk does not see. Measured on
+#: these models: up to 7.6% above the prediction (Llama-style, 2 blocks).
+INDUCTOR_EXCESS = 0.10
+
+
+def test_inductor_within_its_stated_excess_over_byte_budgets():
+    """On inductor the measured peak may exceed the prediction (and so a tight budget) by what
+    its lowering adds; the test states that excess and holds it under INDUCTOR_EXCESS, with
+    gradients close to eager's, at 3 budgets on the Llama-style model."""
+    name = "llama"
+    model, x = build(name)
+    step(with_loss(model), x)
+    eager = grads(model)
+    result = rt.tradeoff(*build(name), backend="aot_eager", measure=0, loss=models.loss)
+    for budget in budgets_across(result, 3):
+        _, predicted, measured, gradients = compiled_run(name, budget, backend="inductor")
+        excess = measured / budget - 1
+        print(
+            f"inductor {name}: budget {budget}, predicted {predicted}, measured {measured}, "
+            f"excess over the budget {100 * excess:+.1f}%"
+        )
+        assert predicted <= budget and excess <= INDUCTOR_EXCESS
+        for got, want in zip(gradients, eager):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_budget_below_every_plan_raises_at_compile_time_naming_the_least_peak(curve):
+    name, result = curve
+    least = min(p.predicted_peak for p in result.points)
+    with pytest.raises(Exception, match=f"least predicted peak.*{least} bytes") as raised:
+        compiled_run(name, least - 1)
+    # torch.compile wraps backend errors in BackendCompilerFailed; ours is its inner exception
+    inner = getattr(raised.value, "inner_exception", raised.value)
+    assert isinstance(inner, BudgetTooSmall) and inner.least_peak == least
+
+
+def test_the_budget_reaches_plans_torch_would_not_make_from_its_ratio():
+    """Recomputing every candidate is not the least peak: the curve turns back up, and the
+    byte budget's choice at the least peak recomputes fewer ops than ratio 0 does."""
+    model = nn.Sequential(
+        *[nn.Sequential(nn.Linear(128, 512), nn.GELU(), nn.Linear(512, 128)) for _ in range(4)]
+    )
+    x = torch.randn(256, 128)
+    result = rt.tradeoff(model, x, backend="aot_eager", measure=0, loss=lambda y: y.sum())
+    all_recomputed = max(result.points, key=lambda p: p.recomputed_ops)
+    least = min(result.points, key=lambda p: p.predicted_peak)
+    assert least.predicted_peak < all_recomputed.predicted_peak
+    assert least.recomputed_ops < all_recomputed.recomputed_ops
+
+
+def peak(value):
+    return StepPeak(peak=value, forward_peak=value, saved=0, backward_peak=value)
+
+
+def test_choice_is_monotone_in_the_budget():
+    """Over random predictions: a smaller budget never gives a higher predicted peak or less
+    recompute, and the choice is the least recompute that fits."""
+    import random
+
+    generator = random.Random(0)
+    for _ in range(200):
+        plans = []
+        for index in range(generator.randint(1, 12)):
+            plans.append(((index,), float(index)))
+        peaks = {plan: generator.randint(1, 100) for plan, _ in plans}
+        previous = None
+        for budget in range(110, 0, -1):
+            try:
+                choice = choose(plans, lambda r: peak(peaks[r]), budget)
+            except BudgetTooSmall as error:
+                assert budget < min(peaks.values())
+                assert error.least_peak == min(peaks.values())
+                break
+            chosen = choice.chosen
+            fitting = [r for (r,), _ in [(p, c) for p, c in plans] if peaks[(r,)] <= budget]
+            assert chosen.recompute == min(float(r) for r in fitting)
+            if previous is not None:
+                assert chosen.peak.peak <= previous.peak.peak
+                assert chosen.recompute >= previous.recompute
+            previous = chosen
+
+
+def test_choice_predicts_lazily():
+    calls = []
+
+    def predict(recomputed):
+        calls.append(recomputed)
+        return peak(50 - 10 * len(recomputed))
+
+    plans = [((), 0.0), ((0,), 1.0), ((0, 1), 2.0), ((0, 1, 2), 3.0)]
+    assert choose(plans, predict, 45).chosen.recomputed == (0,)
+    assert calls == [(), (0,)]
+
+
+def graph_of(function, *shapes):
+    """An fx graph of ``function`` with fake-tensor 'val' meta, as the partitioner sees it."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    return make_fx(function, tracing_mode="fake")(*[torch.empty(s) for s in shapes]).graph
+
+
+def test_liveness_counts_views_once_and_frees_after_last_use():
+    def function(x):
+        a = x * 2  # 4 KiB
+        b = a.view(-1)  # a view: no bytes
+        c = b + 1  # 4 KiB, a dies after this
+        d = c * c  # 4 KiB, c dies
+        return d.sum()
+
+    graph = graph_of(function, (32, 32))
+    walk = walk_graph(graph, {}, kept=set())
+    assert walk.peak == 2 * 4096  # never three 4 KiB tensors at once
+    assert walk.held_at_end == 4  # the returned scalar
+
+
+def test_liveness_keeps_what_the_graph_returns_and_counts_given_tensors():
+    def function(x):
+        a = x * 2
+        b = a + 1
+        c = b + x  # a, b and c live at once; b and x die here
+        return a.sum(), c  # a dies after its sum
+
+    graph = graph_of(function, (16, 16))
+    walk = walk_graph(graph, {}, kept=set())
+    # a is returned, so it lives to the end: a, b, c at once when c is made; x is not counted
+    assert walk.peak == 3 * 1024 and walk.held_at_end == 1024 + 4
+    placeholder = next(iter(graph.find_nodes(op="placeholder")))
+    from remat.compiled.liveness import _storages
+
+    given = _storages(placeholder)
+    # a tensor handed in (a saved activation) counts until its last use, then is freed
+    walk = walk_graph(graph, dict(given), kept=set())
+    assert walk.peak == 4 * 1024 and walk.held_at_end == 1024 + 4
+
+
+def test_use_restores_everything_it_changed():
+    from torch._functorch import partitioners
+
+    before = (
+        functorch_config.activation_memory_budget_solver,
+        functorch_config.activation_memory_budget,
+        partitioners.choose_saved_values_set,
+    )
+    with rt.use(memory_budget="1GiB") as solver:
+        assert solver.memory_budget == 2**30
+        assert functorch_config.activation_memory_budget < 1e-6
+        assert partitioners.choose_saved_values_set is not before[2]
+    after = (
+        functorch_config.activation_memory_budget_solver,
+        functorch_config.activation_memory_budget,
+        partitioners.choose_saved_values_set,
+    )
+    assert after == before
+
+
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        ({"memory_budget": "lots"}, "memory_budget: cannot read 'lots'"),
+        ({"memory_budget": -1}, "memory_budget: -1 is not a finite number"),
+        ({"memory_budget": "1GiB", "max_candidates": 1}, "max_candidates: expected an int >= 2"),
+    ],
+)
+def test_bad_arguments_name_the_field(kwargs, error):
+    with pytest.raises(ValueError, match=error):
+        rt.use(**kwargs)
+
+
+def test_a_graph_torch_decides_alone_is_still_checked():
+    """A graph with no recomputable candidate never reaches the solver; its peak is still
+    predicted and a budget below it raises."""
+    model = nn.Linear(64, 64)
+    x = torch.randn(32, 64, requires_grad=True)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="least predicted peak"):
+        with functorch_config.patch(enable_autograd_cache=False), rt.use(memory_budget=16):
+            torch.compile(model, backend="aot_eager")(x).sum().backward()
+    torch._dynamo.reset()
+    with functorch_config.patch(enable_autograd_cache=False), rt.use(memory_budget="1MiB") as s:
+        torch.compile(model, backend="aot_eager")(x).sum().backward()
+    assert len(s.choices) == 1 and s.choices[0].chosen.peak.peak <= 2**20
+    torch._dynamo.reset()
+
+
+def test_plot_tradeoff(tmp_path, curve):
+    import remat.plot
+
+    _, result = curve
+    path = remat.plot.plot_tradeoff(result, tmp_path / "tradeoff.png")
+    assert path.stat().st_size > 1000
+    assert "predicted peak" in str(result)
+
+
+def test_fx_graph_helper_is_real():
+    assert isinstance(graph_of(lambda x: x + 1, (2,)), fx.Graph)
