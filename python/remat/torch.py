@@ -6,6 +6,8 @@
     remat.torch.use()                  # every later torch.compile uses remat's exact solver
     with remat.torch.use("exact"):     # or only inside this block
         ...
+    remat.torch.use(memory_budget="6GiB")  # a budget in bytes for each compiled graph's peak
+    remat.torch.tradeoff(model, x)         # predicted peak against recompute (remat.compiled)
 
 torch calls a custom solver as ``solver(memory, joint_graph, max_memory, node_info,
 all_recomputable_banned_nodes)`` and does not pass the runtimes; the adapter computes them with
@@ -150,14 +152,19 @@ class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
             self.last_result = result
             saved, recomputed = list(result.saved), list(result.recomputed)
         else:
-            saved, recomputed = self._within_bytes(runtimes, joint_graph, node_info, nodes)
+            saved, recomputed = self._within_bytes(memory, runtimes, joint_graph, node_info, nodes)
         if _distributed.active():
             with _outside_tracing():
                 _distributed.verify_same_plan([saved], what="torch.compile knapsack plan")
         return saved, recomputed
 
     def _within_bytes(
-        self, runtimes: list[float], joint_graph: Any, node_info: Any, nodes: list[Any]
+        self,
+        memory: list[float],
+        runtimes: list[float],
+        joint_graph: Any,
+        node_info: Any,
+        nodes: list[Any],
     ) -> tuple[list[int], list[int]]:
         """The least-recompute plan whose predicted step peak fits memory_budget
         (remat.compiled.budget); when surveying, every candidate predicted and all kept."""
@@ -170,6 +177,9 @@ class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
             lambda recomputed: partitioner([nodes[i] for i in recomputed]).peak,
             None if self.survey else self.memory_budget,
         )
+        if choice.chosen is not None:
+            recomputed = set(choice.chosen.recomputed)
+            choice.ratio = sum(m for i, m in enumerate(memory) if i not in recomputed)
         self.choices.append(choice)
         if len(self.choices) == 2 and not self.survey:
             warnings.warn(
@@ -225,11 +235,18 @@ class use:
             partitioners.choose_saved_values_set,
         )
         functorch_config.activation_memory_budget_solver = self.knapsack_solver
+        # An earlier plain use(memory_budget=...) left its guard and routing ratio in place;
+        # this one replaces them rather than stacking on them.
+        torch_choice, ratio = _compiled.unguarded(partitioners.choose_saved_values_set)
+        if ratio is not None:
+            functorch_config.activation_memory_budget = ratio
         if self.knapsack_solver.memory_budget is not None:
-            functorch_config.activation_memory_budget = _compiled.ROUTE_TO_SOLVER
             partitioners.choose_saved_values_set = _compiled.guarded_choice(
-                self._previous[2], self.knapsack_solver
+                torch_choice, self.knapsack_solver, functorch_config.activation_memory_budget
             )
+            functorch_config.activation_memory_budget = _compiled.ROUTE_TO_SOLVER
+        else:
+            partitioners.choose_saved_values_set = torch_choice
 
     def __enter__(self) -> RematKnapsackSolver:
         return self.knapsack_solver

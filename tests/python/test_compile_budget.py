@@ -288,6 +288,31 @@ def test_use_restores_everything_it_changed():
     assert after == before
 
 
+def test_plain_calls_replace_each_other_instead_of_stacking():
+    from torch._functorch import partitioners
+
+    torch_choice = partitioners.choose_saved_values_set
+    ratio = functorch_config.activation_memory_budget
+    try:
+        rt.use(memory_budget="1GiB")
+        second = rt.use(memory_budget="2GiB").knapsack_solver
+        guard = partitioners.choose_saved_values_set
+        assert guard._remat_unguarded == (torch_choice, ratio)  # wraps torch's, not the first
+        model = nn.Linear(8, 8)
+        torch._dynamo.reset()
+        with functorch_config.patch(enable_autograd_cache=False):
+            torch.compile(model, backend="aot_eager")(torch.randn(4, 8)).sum().backward()
+        assert len(second.choices) == 1
+        rt.use()  # back to torch's ratio: the guard and the routing ratio go
+        assert partitioners.choose_saved_values_set is torch_choice
+        assert functorch_config.activation_memory_budget == ratio
+    finally:
+        partitioners.choose_saved_values_set = torch_choice
+        functorch_config.activation_memory_budget = ratio
+        functorch_config.activation_memory_budget_solver = "dp"
+        torch._dynamo.reset()
+
+
 @pytest.mark.parametrize(
     "kwargs, error",
     [

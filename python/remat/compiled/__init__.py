@@ -19,7 +19,7 @@ from .budget import (
     front_plans,
     knapsack_answer,
 )
-from .guard import ROUTE_TO_SOLVER, guarded_choice
+from .guard import ROUTE_TO_SOLVER, guarded_choice, unguarded
 from .liveness import StepPeak, step_peak
 from .measure import measured_peak
 from .partition import Partitioner, require_partitioner_internals
@@ -43,4 +43,5 @@ __all__ = [
     "require_partitioner_internals",
     "step_peak",
     "tradeoff",
+    "unguarded",
 ]

@@ -57,6 +57,7 @@ class GraphChoice:
     candidates: list[Candidate] = field(default_factory=list)  # predicted, in choice order
     plans: int = 0  # plans on the (thinned) front
     seconds: float = 0.0
+    ratio: float | None = None  # the ratio budget torch's knapsack needs to save the same ops
 
 
 def front_plans(

@@ -21,7 +21,12 @@ from .partition import Partitioner
 ROUTE_TO_SOLVER = 1e-9
 
 
-def guarded_choice(original: Callable[..., Any], solver: Any) -> Callable[..., Any]:
+def guarded_choice(
+    original: Callable[..., Any], solver: Any, previous_ratio: float
+) -> Callable[..., Any]:
+    """torch's ``original`` choose_saved_values_set, checked against ``solver``'s budget;
+    ``previous_ratio`` is the ratio budget the routing ratio replaced."""
+
     def choose_saved_values_set(joint_graph: Any, node_info: Any, memory_budget: float = 1) -> Any:
         asked_before = len(solver.choices)
         saved_values = original(joint_graph, node_info, memory_budget)
@@ -39,4 +44,12 @@ def guarded_choice(original: Callable[..., Any], solver: Any) -> Callable[..., A
             raise BudgetTooSmall(solver.memory_budget, candidate, 1)
         return saved_values
 
+    choose_saved_values_set._remat_unguarded = (original, previous_ratio)  # type: ignore[attr-defined]
     return choose_saved_values_set
+
+
+def unguarded(function: Callable[..., Any]) -> tuple[Callable[..., Any], float | None]:
+    """torch's own function under any remat guard, and the ratio that guard's routing replaced
+    (None when there was no guard)."""
+    original, ratio = getattr(function, "_remat_unguarded", (function, None))
+    return original, ratio

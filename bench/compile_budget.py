@@ -1,0 +1,281 @@
+"""torch.compile to a budget in bytes: remat's predicted and measured peaks against torch's ratio.
+
+For each model (GPT-style, ResNet-style, MLP-Mixer, Llama-style from examples/models.py) and
+backend, the model and its loss are compiled together and one training step is measured:
+
+- torch's own partitioner at ratio budgets (``activation_memory_budget``, its default ``dp``
+  solver): the measured peak and step time;
+- remat at byte budgets spread over the model's curve (``remat.torch.tradeoff``), and at each
+  of torch's measured peaks (the same bytes): predicted and measured peak, step time, estimated
+  recompute, and the ratio the chosen plan maps to.
+
+Peaks: CPU allocator events under the profiler (CPU), ``max_memory_allocated`` (CUDA). Step
+time: median of --steps steps after two warm-ups. Writes bench/results/compile_budget/.
+
+    python bench/compile_budget.py                      # CPU, about 10 minutes on 2 cores
+    python bench/compile_budget.py --device cuda        # the GPU sizes
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import sys
+import time
+
+import torch
+import torch._functorch.config as functorch_config
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))
+import models  # noqa: E402
+
+import remat.torch as rt  # noqa: E402
+from remat.compiled import measured_peak  # noqa: E402
+from remat.units import format_bytes  # noqa: E402
+
+SIZES = {
+    "cpu": {
+        "gpt": dict(depth=4, width=128, heads=4, seq=64, batch=8, dropout=0.0),
+        "resnet": dict(per_stage=2, batch=8, size=32),
+        "mixer": dict(depth=4, width=128, patch=4, size=32, batch=16),
+        "llama": dict(depth=4, width=128, heads=4, seq=64, batch=4, vocab=512),
+    },
+    "cuda": {
+        "gpt": dict(depth=8, width=1024, heads=16, seq=1024, batch=8, dropout=0.0),
+        "resnet": dict(per_stage=3, batch=64, size=128),
+        "mixer": dict(depth=8, width=512, patch=8, size=224, batch=64),
+        "llama": dict(depth=4, width=2048, heads=16, seq=2048, batch=4, vocab=32000),
+    },
+}
+RATIOS = {"aot_eager": [1.0, 0.8, 0.5, 0.2, 0.1, 0.05, 0.0], "inductor": [1.0, 0.5, 0.1, 0.0]}
+
+
+def build(name: str, device: str):
+    torch.manual_seed(0)
+    model, _, x = models.MODELS[name](**SIZES[device][name])
+    model, x = model.to(device), x.to(device)
+    if device == "cuda":
+        model = model.to(torch.bfloat16) if name in ("llama", "gpt") else model
+    return model, x
+
+
+def run(model, x, backend: str, device: str, steps: int, solver_context) -> dict:
+    torch._dynamo.reset()
+    with functorch_config.patch(enable_autograd_cache=False), solver_context() as solver:
+        compiled = torch.compile(lambda inputs: models.loss(model(inputs)), backend=backend)
+
+        def step():
+            compiled(x).backward()
+            model.zero_grad(set_to_none=True)
+
+        started = time.perf_counter()
+        step()
+        compile_seconds = time.perf_counter() - started
+        step()
+        peak = measured_peak(step, device)
+        times = []
+        for _ in range(steps):
+            if device == "cuda":
+                torch.cuda.synchronize()
+            started = time.perf_counter()
+            step()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - started)
+    row = {
+        "measured": peak,
+        "step_ms": 1e3 * statistics.median(times),
+        "compile_s": compile_seconds,
+    }
+    choices = getattr(solver, "choices", None)
+    if choices:
+        chosen = choices[0]
+        row.update(
+            predicted=chosen.chosen.peak.peak,
+            recompute=chosen.chosen.recompute,
+            ratio=chosen.ratio,
+            graphs=len(choices),
+            candidates=len(chosen.candidates),
+            solve_s=chosen.seconds,
+        )
+    return row
+
+
+class _torch_ratio:
+    def __init__(self, ratio: float) -> None:
+        self.patch = functorch_config.patch(activation_memory_budget=ratio)
+
+    def __call__(self):
+        return self
+
+    def __enter__(self):
+        self.patch.__enter__()
+        return None
+
+    def __exit__(self, *exc):
+        return self.patch.__exit__(*exc)
+
+
+def bench_model(name: str, backend: str, device: str, steps: int) -> dict:
+    model, x = build(name, device)
+    curve = rt.tradeoff(model, x, backend=backend, measure=0, loss=models.loss)
+    points = sorted(curve.curve, key=lambda p: -p.predicted_peak)
+    torch_rows = []
+    for ratio in RATIOS[backend]:
+        row = run(model, x, backend, device, steps, _torch_ratio(ratio))
+        torch_rows.append({"ratio": ratio, **row})
+        print(
+            f"  torch ratio {ratio:<5} measured {format_bytes(row['measured']):>10} "
+            f"step {row['step_ms']:.1f} ms",
+            flush=True,
+        )
+    high, low = points[0].predicted_peak, points[-1].predicted_peak
+    if high == low:
+        high = int(low * 1.2)
+    spread = [int(high * 1.01 - (high * 1.01 - low) * k / 4) for k in range(5)]
+    same_bytes = sorted({r["measured"] for r in torch_rows if r["measured"] >= low}, reverse=True)
+    remat_rows = []
+    for budget, source in [(b, "spread") for b in spread] + [
+        (b, "torch's peak") for b in same_bytes
+    ]:
+        row = run(model, x, backend, device, steps, lambda: rt.use(memory_budget=budget))
+        remat_rows.append({"budget": budget, "source": source, **row})
+        print(
+            f"  remat {format_bytes(budget):>10} predicted {format_bytes(row['predicted']):>10} "
+            f"measured {format_bytes(row['measured']):>10} step {row['step_ms']:.1f} ms",
+            flush=True,
+        )
+    return {
+        "model": name,
+        "backend": backend,
+        "size": SIZES[device][name],
+        "curve": [p.__dict__ for p in curve.points],
+        "torch": torch_rows,
+        "remat": remat_rows,
+    }
+
+
+def non_monotone(rows: list[dict]) -> list[tuple[float, int, float, int]]:
+    """Pairs of torch ratios where the smaller ratio measured a higher peak."""
+    found = []
+    ordered = sorted(rows, key=lambda r: -r["ratio"])
+    for hi, lo in zip(ordered, ordered[1:]):
+        if lo["measured"] > hi["measured"]:
+            found.append((hi["ratio"], hi["measured"], lo["ratio"], lo["measured"]))
+    return found
+
+
+def report(results: list[dict], device: str, command: str) -> str:
+    lines = [
+        f"# torch.compile to a budget in bytes ({device})",
+        "",
+        f"Reproduce: `{command}`. Peak: "
+        + (
+            "CPU allocator events under the profiler"
+            if device == "cpu"
+            else "`torch.cuda.max_memory_allocated`"
+        )
+        + " over one training step (model and loss compiled together, gradients set to None "
+        "before the step), above what was allocated before it. Step: median of the timed steps. "
+        "torch rows use its default `dp` solver at the ratio; remat rows use "
+        "`remat.torch.use(memory_budget=...)`. `ratio` is the ratio budget torch's knapsack "
+        "would need to save the same candidate ops. Recompute: torch's estimator (flops).",
+        "",
+    ]
+    for result in results:
+        lines += [f"## {result['model']} ({result['backend']}), size {result['size']}", ""]
+        lines += ["| torch ratio | measured peak | step ms |", "| ---: | ---: | ---: |"]
+        for row in result["torch"]:
+            lines.append(
+                f"| {row['ratio']} | {format_bytes(row['measured'])} | " f"{row['step_ms']:.1f} |"
+            )
+        lines += [
+            "",
+            "| remat budget | from | predicted | measured | measured/predicted | "
+            "step ms | recompute | ratio |",
+            "| ---: | --- | ---: | ---: | ---: | ---: | " "---: | ---: |",
+        ]
+        for row in result["remat"]:
+            lines.append(
+                f"| {format_bytes(row['budget'])} | {row['source']} | "
+                f"{format_bytes(row['predicted'])} | {format_bytes(row['measured'])} | "
+                f"{row['measured'] / row['predicted']:.3f} | {row['step_ms']:.1f} | "
+                f"{row['recompute']:.3g} | {row['ratio']:.3f} |"
+            )
+        over = [r for r in result["remat"] if r["measured"] > r["budget"]]
+        rising = [
+            (a["budget"], a["measured"], b["budget"], b["measured"])
+            for a, b in zip(result["remat"][:5], result["remat"][1:5])
+            if b["measured"] > a["measured"]
+        ]
+        lines += [
+            "",
+            f"- measured within budget: {len(result['remat']) - len(over)} of "
+            f"{len(result['remat'])}"
+            + (
+                ""
+                if not over
+                else "; over: "
+                + ", ".join(
+                    f"{format_bytes(r['budget'])} by {100 * (r['measured'] / r['budget'] - 1):.1f}%"
+                    for r in over
+                )
+            ),
+            "- remat's measured peak as the spread budgets fall: "
+            + ("non-increasing" if not rising else f"rose at {rising}"),
+        ]
+        bad = non_monotone(result["torch"])
+        lines.append(
+            "- torch's ratio, non-monotone in measured peak: "
+            + (
+                "no"
+                if not bad
+                else "; ".join(
+                    f"ratio {a} → {format_bytes(b)} but ratio {c} → {format_bytes(d)}"
+                    for a, b, c, d in bad
+                )
+            )
+        )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--models", default="gpt,resnet,mixer,llama")
+    parser.add_argument("--inductor-models", default="mixer,llama")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "compile_budget"))
+    parser.add_argument(
+        "--append",
+        action="store_true",
+        help="keep the (model, backend) results already in the output's JSON that this run "
+        "does not redo, and write the report over all of them",
+    )
+    args = parser.parse_args()
+    jobs = [(m, "aot_eager") for m in args.models.split(",") if m]
+    jobs += [(m, "inductor") for m in args.inductor_models.split(",") if m]
+    results = []
+    for name, backend in jobs:
+        print(f"{name} ({backend})", flush=True)
+        results.append(bench_model(name, backend, args.device, args.steps))
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    command = "python " + " ".join(["bench/compile_budget.py"] + sys.argv[1:])
+    saved = out / f"results_{args.device}.json"
+    if args.append and saved.exists():
+        done = {(r["model"], r["backend"]) for r in results}
+        kept = [r for r in json.loads(saved.read_text()) if (r["model"], r["backend"]) not in done]
+        results = kept + results
+        command += " (appended to earlier runs' results)"
+    saved.write_text(json.dumps(results, indent=1))
+    (out / f"README_{args.device}.md").write_text(report(results, args.device, command))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
