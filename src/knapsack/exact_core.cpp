@@ -29,6 +29,8 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "knapsack/reduced_problem.hpp"
@@ -102,9 +104,16 @@ class ExpandingCore {
         }
         add_next = !add_next;
         update_incumbent();
-        if (!enumerated_ && states_.size() > kEnumerateAfterStates) {
-          enumerated_ = true;
-          if (seed_from_core_enumeration()) return finish_enumerated();
+        if (states_.size() > next_checkpoint_) {
+          // The list keeps growing: the bounds are weak here. Look for better plans outside the
+          // core, and try to prove the incumbent with the cardinality bound.
+          next_checkpoint_ = 2 * states_.size();
+          if (!enumerated_) {
+            enumerated_ = true;
+            if (seed_from_core_enumeration()) return finish_enumerated();
+          }
+          pair_with_outside_items(s, t);
+          if (proven_by_cardinality()) return finish_enumerated();
         }
         s_ = s;
         t_ = t;
@@ -259,30 +268,78 @@ class ExpandingCore {
       best_value_ = value;
       greedy_take_ = take_with_flips(found->flipped);
       best_node_ = kGreedyIncumbent;
-      incumbent_from_enumeration_ = true;
+      incumbent_source_ = "core_enumeration";
     }
-    // Strongly correlated classes: a plan that fills the budget with the most items meets the
-    // surrogate cardinality bound, which proves it optimal without any search. The bound costs
-    // about 100 sorts, so on large instances it is only tried on a new plan that fills the
-    // budget exactly.
-    const bool fills =
-        incumbent_from_enumeration_ && break_weight_ + found->flipped_weight == p_.capacity;
-    if (!fills && p_.size() > 2000) return false;
+    return proven_by_cardinality();
+  }
+
+  // Strongly correlated classes: a plan that fills the budget with the most items (or, inverse
+  // strongly correlated, the fewest) meets the surrogate cardinality bound, which proves it
+  // optimal without any search. Tried once for each new incumbent.
+  bool proven_by_cardinality() {
+    if (best_value_ == cardinality_checked_value_ || cardinality_failed_) return false;
+    cardinality_checked_value_ = best_value_;
+    double bound = 0;
     try {
-      cardinality_bound_ = cardinality_bound(p_, best_value_, integral_values_, memory_);
+      if (!cardinality_) cardinality_.emplace(p_, integral_values_, memory_);
+      bound = cardinality_->bound(best_value_);
     } catch (const PlannerMemoryError&) {
+      cardinality_failed_ = true;  // the search goes on without it
       return false;
     }
     const double slack = static_cast<double>(p_.size() + 8) * 0x1.0p-50 *
-                         (std::abs(cardinality_bound_) + std::abs(best_value_) + 1.0);
-    if (integral_values_ ? cardinality_bound_ + slack < best_value_ + 1
-                         : cardinality_bound_ + slack <= best_value_) {
+                         (std::abs(bound) + std::abs(best_value_) + 1.0);
+    if (integral_values_ ? bound + slack < best_value_ + 1 : bound + slack <= best_value_) {
       enumerated_take_ = best_node_ == kGreedyIncumbent ? greedy_take_ : finish_take();
       proven_by_bound_ = true;
       return true;
     }
-    cardinality_bound_ += slack;  // a valid bound for the reports below
+    cardinality_bound_ = std::min(cardinality_bound_, bound + slack);  // valid for the reports
     return false;
+  }
+
+  // State pairing (after combo): every live state combined with one item outside the core,
+  // saved if it is after the core or dropped if before. States are sorted by weight with
+  // increasing value, so each item's best partner is the last state within the weight left:
+  // one binary search. O(n log L) for L states.
+  void pair_with_outside_items(std::ptrdiff_t s, std::ptrdiff_t t) {
+    if (states_.empty()) return;
+    double best = best_value_;
+    std::size_t best_state = 0;
+    std::uint32_t best_item = 0;
+    bool found = false;
+    auto try_limit = [&](std::int64_t limit, double dv, std::uint32_t k) {
+      auto it = std::upper_bound(states_.begin(), states_.end(), limit,
+                                 [](std::int64_t c, const State& st) { return c < st.weight; });
+      if (it == states_.begin()) return;
+      --it;
+      if (it->value + dv > best) {
+        best = it->value + dv;
+        best_state = static_cast<std::size_t>(it - states_.begin());
+        best_item = k;
+        found = true;
+      }
+    };
+    const auto m = static_cast<std::ptrdiff_t>(order_.size());
+    for (std::ptrdiff_t pos = s; pos < m; ++pos) {
+      const std::uint32_t k = order_[static_cast<std::size_t>(pos)];
+      try_limit(p_.capacity - p_.weight[k], p_.value[k], k);
+    }
+    for (std::ptrdiff_t pos = 0; pos <= t; ++pos) {
+      const std::uint32_t k = order_[static_cast<std::size_t>(pos)];
+      try_limit(p_.capacity + p_.weight[k], -p_.value[k], k);
+    }
+    if (!found) return;
+    std::vector<char> take(p_.size(), 0);
+    for (std::size_t pos = 0; pos < break_pos_; ++pos) take[order_[pos]] = 1;
+    for (std::uint32_t node = states_[best_state].node; node != kRoot; node = nodes_[node].parent) {
+      take[nodes_[node].item] ^= 1;
+    }
+    take[best_item] ^= 1;
+    best_value_ = best;
+    greedy_take_ = std::move(take);
+    best_node_ = kGreedyIncumbent;
+    incumbent_source_ = "state_pairing";
   }
 
   std::vector<char> take_with_flips(const std::vector<std::uint32_t>& flipped) const {
@@ -296,7 +353,10 @@ class ExpandingCore {
     ReducedSolution solution;
     solution.take = enumerated_take_;
     solution.status = SolveStatus::kOptimal;
-    solution.path = proven_by_bound_ ? "core_enumeration+cardinality_bound" : "meet_in_the_middle";
+    solution.path = proven_by_bound_
+                        ? (best_node_ == kGreedyIncumbent ? incumbent_source_ : "expanding_core") +
+                              "+cardinality_bound"
+                        : "meet_in_the_middle";
     return solution;
   }
 
@@ -401,8 +461,8 @@ class ExpandingCore {
     ReducedSolution solution;
     solution.status = status;
     // The core's own search, and whether its plan came from the enumerated core.
-    solution.path = incumbent_from_enumeration_ && best_node_ == kGreedyIncumbent
-                        ? "expanding_core+core_enumeration"
+    solution.path = best_node_ == kGreedyIncumbent && incumbent_source_ != "greedy"
+                        ? "expanding_core+" + incumbent_source_
                         : "expanding_core";
     if (status != SolveStatus::kOptimal) {
       const Remaining remaining = remaining_bound(s, t);
@@ -457,8 +517,12 @@ class ExpandingCore {
   std::size_t gc_threshold_ = kMinGcThreshold;
   std::ptrdiff_t s_ = 0, t_ = -1;  // the core after the last complete step
   bool enumerated_ = false;
-  bool incumbent_from_enumeration_ = false;
+  std::size_t next_checkpoint_ = kEnumerateAfterStates;
+  std::string incumbent_source_ = "greedy";  // where a plan outside the history tree came from
   bool proven_by_bound_ = false;
+  std::optional<CardinalityBounds> cardinality_;
+  bool cardinality_failed_ = false;
+  double cardinality_checked_value_ = -1;
   double cardinality_bound_ = std::numeric_limits<double>::infinity();
   std::vector<char> enumerated_take_;
 };

@@ -69,6 +69,34 @@ struct ReducedSolution {
 double cardinality_bound(const ReducedProblem& p, double incumbent, bool integral,
                          PlannerMemory& memory);
 
+struct ShiftedItem {
+  double efficiency, value;
+  std::int64_t weight;
+};
+
+// The same bound for a search whose incumbent improves: the incumbent-free parts are computed
+// once, and a bound is recomputed only when the incumbent changes k_min. Holds its O(n) memory
+// against `memory` from construction (throws PlannerMemoryError) to destruction.
+class CardinalityBounds {
+ public:
+  CardinalityBounds(const ReducedProblem& p, bool integral, PlannerMemory& memory);
+  ~CardinalityBounds();
+  CardinalityBounds(const CardinalityBounds&) = delete;
+  CardinalityBounds& operator=(const CardinalityBounds&) = delete;
+  double bound(double incumbent);
+
+ private:
+  const ReducedProblem& p_;
+  bool integral_;
+  PlannerMemory& memory_;
+  std::size_t bytes_ = 0;
+  std::size_t k_max_ = 0;
+  std::vector<double> values_;  // runtimes, largest first
+  std::vector<ShiftedItem> scratch_;
+  std::size_t cached_k_min_ = static_cast<std::size_t>(-1);
+  double cached_bound_ = 0;
+};
+
 // The best set of flips of the break solution within the 2h items nearest the break item (see
 // core_enumeration.cpp).
 struct CoreEnumeration {
