@@ -17,9 +17,9 @@
 //
 // Each LP is found without sorting, by selecting the break item (Balas and Zemel 1980,
 // "An algorithm for large zero-one knapsack problems", Operations Research 28(5)): expected
-// O(n). Time O(I n) for I search steps (at most ~120), O(n log n) once for k_max and the sorted
-// runtimes; bounds are cached per k_min, since only k_min depends on the incumbent. Memory O(n),
-// reserved against the planner-memory cap.
+// O(n). The bound returned includes a margin for its own rounding. Time O(I n) for I search steps
+// (at most ~120), O(n log n) once for k_max and the sorted runtimes; bounds are cached per k_min,
+// since only k_min depends on the incumbent. Memory O(n), reserved against the planner-memory cap.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -102,9 +102,16 @@ double CardinalityBounds::bound(double incumbent) {
   double top = 0;
   while (k_min < n && (integral_ ? top < target - 0.5 : top <= target)) top += values_[k_min++];
   if (cached_k_min_ == k_min) return cached_bound_;
+  // U(mu) plus a margin covering its rounding: every partial sum is exact when the runtimes
+  // are integers (below 2^45) and mu is one, leaving the break item's fraction and two
+  // additions; otherwise each of the n terms may round.
+  const double n_terms = static_cast<double>(n + 8);
   auto u = [&](double mu) {
     const double k = static_cast<double>(mu >= 0 ? k_max_ : k_min);
-    return mu * k + shifted_lp(p_, mu, scratch_);
+    const double lp = shifted_lp(p_, mu, scratch_);
+    const double scale = std::abs(lp) + std::abs(mu * k) + std::abs(values_.front()) + 1.0;
+    const bool exact_terms = integral_ && mu == std::floor(mu);
+    return mu * k + lp + (exact_terms ? 0x1.0p-49 : n_terms * 0x1.0p-50) * scale;
   };
   double lo = -values_.front(), hi = values_.front();
   for (int step = 0; step < 60 && hi - lo > 1e-12 * std::max(1.0, hi); ++step) {
@@ -115,8 +122,12 @@ double CardinalityBounds::bound(double incumbent) {
       lo = a;
     }
   }
-  // Every U(mu) is a valid bound; take the best of the search's end points and the plain LP.
-  cached_bound_ = std::min({u(lo), u(hi), u(0.5 * (lo + hi)), u(0.0)});
+  // Every U(mu) is a valid bound; take the best of the search's end points, the plain LP and,
+  // with integral runtimes, the integers next to the minimum (exact sums: the tightest margin).
+  const double mid = 0.5 * (lo + hi);
+  double best = std::min({u(lo), u(hi), u(mid), u(0.0)});
+  if (integral_) best = std::min({best, u(std::floor(mid)), u(std::ceil(mid))});
+  cached_bound_ = best;
   cached_k_min_ = k_min;
   return cached_bound_;
 }

@@ -58,8 +58,12 @@ constexpr std::uint32_t kGreedyIncumbent = std::numeric_limits<std::uint32_t>::m
 class ExpandingCore {
  public:
   ExpandingCore(const ReducedProblem& p, PlannerMemory& memory,
-                std::optional<Clock::time_point> deadline)
-      : p_(p), memory_(memory), deadline_(deadline) {}
+                std::optional<Clock::time_point> deadline, const ExactTuning& tuning)
+      : p_(p),
+        memory_(memory),
+        deadline_(deadline),
+        max_enumerated_half_(std::min(tuning.max_enumerated_half, kMaxEnumeratedHalf)),
+        next_checkpoint_(tuning.first_checkpoint) {}
 
   ReducedSolution run() {
     try {
@@ -117,7 +121,9 @@ class ExpandingCore {
         }
         s_ = s;
         t_ = t;
-        if (nodes_.size() > gc_threshold_) collect_garbage();
+        if (nodes_.size() > gc_threshold_ && !too_late_for_garbage_collection()) {
+          collect_garbage();
+        }
       }
     } catch (const PlannerMemoryError& e) {
       ReducedSolution best = finish(SolveStatus::kMemoryLimit, s_, t_);
@@ -236,12 +242,12 @@ class ExpandingCore {
     return r;
   }
 
-  // The list grew past kEnumerateAfterStates: the instance is hard for the core (typically
+  // The list grew past the first checkpoint: the instance is hard for the core (typically
   // subset-sum-like, where Dantzig's bound cannot prune until a plan fills the budget). Meet in
   // the middle over the items nearest the break gives a strong incumbent, or the optimum when
   // the core holds every item (returns true then). Its size fits the time left.
   bool seed_from_core_enumeration() {
-    std::size_t half = kMaxEnumeratedHalf;
+    std::size_t half = max_enumerated_half_;
     if (deadline_) {
       const double left = std::chrono::duration<double>(*deadline_ - Clock::now()).count();
       // About 25 ns per listed sum and level of the sort; spend at most a quarter of the time.
@@ -252,6 +258,7 @@ class ExpandingCore {
       }
     }
     if (order_.size() > 2 * half) half = std::min(half, kIncumbentHalf);
+    half = std::min(half, max_enumerated_half_);
     std::optional<CoreEnumeration> found;
     try {
       found = enumerate_core(p_, order_, break_pos_, p_.capacity - break_weight_, half, memory_);
@@ -276,25 +283,35 @@ class ExpandingCore {
   // Strongly correlated classes: a plan that fills the budget with the most items (or, inverse
   // strongly correlated, the fewest) meets the surrogate cardinality bound, which proves it
   // optimal without any search. Tried once for each new incumbent.
+  //
+  // The bound costs up to ~120 linear-time LPs; it is only computed once the search has spent at
+  // least as long as the last computation took (estimated at first), so on instances where it
+  // cannot help it at most doubles the time.
   bool proven_by_cardinality() {
     if (best_value_ == cardinality_checked_value_ || cardinality_failed_) return false;
+    const auto now = Clock::now();
+    if (std::chrono::duration<double>(now - start_).count() < cardinality_cost_) return false;
+    if (deadline_ &&
+        std::chrono::duration<double>(*deadline_ - now).count() < 2 * cardinality_cost_) {
+      return false;  // it could not finish before the deadline
+    }
     cardinality_checked_value_ = best_value_;
     double bound = 0;
     try {
       if (!cardinality_) cardinality_.emplace(p_, integral_values_, memory_);
       bound = cardinality_->bound(best_value_);
+      cardinality_cost_ =
+          std::max(cardinality_cost_, std::chrono::duration<double>(Clock::now() - now).count());
     } catch (const PlannerMemoryError&) {
       cardinality_failed_ = true;  // the search goes on without it
       return false;
     }
-    const double slack = static_cast<double>(p_.size() + 8) * 0x1.0p-50 *
-                         (std::abs(bound) + std::abs(best_value_) + 1.0);
-    if (integral_values_ ? bound + slack < best_value_ + 1 : bound + slack <= best_value_) {
+    if (integral_values_ ? bound < best_value_ + 1 : bound <= best_value_) {
       enumerated_take_ = best_node_ == kGreedyIncumbent ? greedy_take_ : finish_take();
       proven_by_bound_ = true;
       return true;
     }
-    cardinality_bound_ = std::min(cardinality_bound_, bound + slack);  // valid for the reports
+    cardinality_bound_ = std::min(cardinality_bound_, bound);  // valid for the reports
     return false;
   }
 
@@ -321,13 +338,17 @@ class ExpandingCore {
       }
     };
     const auto m = static_cast<std::ptrdiff_t>(order_.size());
-    for (std::ptrdiff_t pos = s; pos < m; ++pos) {
+    // Outside the core: positions < t + 1 (saved, may be dropped) and >= s (may be saved).
+    for (std::ptrdiff_t pos = 0; pos < m; ++pos) {
+      if (pos == t + 1) pos = s;
+      if (pos >= m) break;
+      if (deadline_ && pos % 1024 == 0 && Clock::now() >= *deadline_) break;
       const std::uint32_t k = order_[static_cast<std::size_t>(pos)];
-      try_limit(p_.capacity - p_.weight[k], p_.value[k], k);
-    }
-    for (std::ptrdiff_t pos = 0; pos <= t; ++pos) {
-      const std::uint32_t k = order_[static_cast<std::size_t>(pos)];
-      try_limit(p_.capacity + p_.weight[k], -p_.value[k], k);
+      if (pos >= s) {
+        try_limit(p_.capacity - p_.weight[k], p_.value[k], k);
+      } else {
+        try_limit(p_.capacity + p_.weight[k], -p_.value[k], k);
+      }
     }
     if (!found) return;
     std::vector<char> take(p_.size(), 0);
@@ -426,6 +447,14 @@ class ExpandingCore {
     }
   }
 
+  // The collection cannot stop halfway (about 4 ns a node): near the deadline the search keeps
+  // its garbage instead, since it ends soon anyway.
+  bool too_late_for_garbage_collection() const {
+    if (!deadline_) return false;
+    const double left = std::chrono::duration<double>(*deadline_ - Clock::now()).count();
+    return left < 8e-9 * static_cast<double>(nodes_.size() + states_.size());
+  }
+
   // Keeps only history nodes reachable from live states and the incumbent. Parents always
   // precede their children, so one forward pass renumbers them.
   void collect_garbage() {
@@ -495,14 +524,13 @@ class ExpandingCore {
 
   static constexpr std::size_t kMinGcThreshold = 1 << 16;
   static constexpr std::size_t kStepsPerClockRead = 1 << 14;
-  // Easy instances never list this many states, so they never pay for the enumeration.
-  static constexpr std::size_t kEnumerateAfterStates = 1 << 13;
   static constexpr std::size_t kMaxEnumeratedHalf = 20;  // exact when n <= 40
   static constexpr std::size_t kIncumbentHalf = 16;      // incumbent only: keep it cheap
 
   const ReducedProblem& p_;
   PlannerMemory& memory_;
   std::optional<Clock::time_point> deadline_;
+  std::size_t max_enumerated_half_;
   std::vector<std::uint32_t> order_;
   std::size_t break_pos_ = 0;
   std::int64_t break_weight_ = 0;
@@ -517,12 +545,15 @@ class ExpandingCore {
   std::size_t gc_threshold_ = kMinGcThreshold;
   std::ptrdiff_t s_ = 0, t_ = -1;  // the core after the last complete step
   bool enumerated_ = false;
-  std::size_t next_checkpoint_ = kEnumerateAfterStates;
+  std::size_t next_checkpoint_;
   std::string incumbent_source_ = "greedy";  // where a plan outside the history tree came from
   bool proven_by_bound_ = false;
   std::optional<CardinalityBounds> cardinality_;
   bool cardinality_failed_ = false;
   double cardinality_checked_value_ = -1;
+  Clock::time_point start_ = Clock::now();
+  // Seconds one cardinality bound is expected to take: about 120 LPs of ~10 ns an item at first.
+  double cardinality_cost_ = 1.2e-6 * static_cast<double>(p_.size());
   double cardinality_bound_ = std::numeric_limits<double>::infinity();
   std::vector<char> enumerated_take_;
 };
@@ -530,8 +561,23 @@ class ExpandingCore {
 }  // namespace
 
 ReducedSolution solve_exact(const ReducedProblem& p, PlannerMemory& memory,
-                            std::optional<Clock::time_point> deadline) {
-  return ExpandingCore(p, memory, deadline).run();
+                            std::optional<Clock::time_point> deadline, const ExactTuning& tuning) {
+  if (p.size() >= tuning.min_bundled_items) {
+    std::optional<Bundling> bundled;
+    try {
+      bundled = bundle_duplicates(p, memory, tuning.bundle_only_if_halved);
+    } catch (const PlannerMemoryError&) {
+      // solved as it is
+    }
+    if (bundled) {
+      ReducedSolution solution = ExpandingCore(bundled->problem, memory, deadline, tuning).run();
+      solution.take = unbundle(*bundled, solution.take, p.size());
+      solution.path = "duplicates_bundled+" + solution.path;
+      memory.release(bundled->bytes);
+      return solution;
+    }
+  }
+  return ExpandingCore(p, memory, deadline, tuning).run();
 }
 
 }  // namespace remat::detail
