@@ -7,9 +7,9 @@
 // than the budget are left out (no count that fits needs them). A solution maps back by saving
 // that many copies of each item, lowest index first.
 //
-// `exact` bundles when that at least halves the items: Pisinger's spanner class (twenty distinct
-// items) and torch-like instances (few tensor sizes, repeated pointwise runtimes) shrink to
-// O(d log(n/d)) items for d distinct ones.
+// `exact` bundles when its list grows past its first checkpoint (so easy instances never pay
+// for the sort) and bundling at least halves the items: Pisinger's spanner class (twenty
+// distinct items) shrinks to O(d log(n/d)) items for d distinct ones.
 //
 // Time O(n log n) (one sort); memory O(n), reserved against the planner-memory cap.
 #include <algorithm>

@@ -57,9 +57,17 @@ constexpr std::uint32_t kGreedyIncumbent = std::numeric_limits<std::uint32_t>::m
 
 class ExpandingCore {
  public:
+  // Where a search that decides to restart on bundled items leaves them (see restart_bundled).
+  struct BundlingRequest {
+    bool only_if_halved = true;
+    std::optional<Bundling> result;
+  };
+
   ExpandingCore(const ReducedProblem& p, PlannerMemory& memory,
-                std::optional<Clock::time_point> deadline, const ExactTuning& tuning)
-      : p_(p),
+                std::optional<Clock::time_point> deadline, const ExactTuning& tuning,
+                BundlingRequest* bundling = nullptr)
+      : bundling_(bundling),
+        p_(p),
         memory_(memory),
         deadline_(deadline),
         max_enumerated_half_(std::min(tuning.max_enumerated_half, kMaxEnumeratedHalf)),
@@ -67,7 +75,7 @@ class ExpandingCore {
 
   ReducedSolution run() {
     try {
-      memory_.reserve(p_.size() * (sizeof(std::uint32_t) + sizeof(double) + 2));
+      memory_.reserve(ordering_bytes());
     } catch (const PlannerMemoryError& e) {
       // Not even the ordering fits: the empty plan with the trivial bound (all runtime).
       ReducedSolution nothing{std::vector<char>(p_.size(), 0), SolveStatus::kMemoryLimit, 0.0,
@@ -112,6 +120,7 @@ class ExpandingCore {
           // The list keeps growing: the bounds are weak here. Look for better plans outside the
           // core, and try to prove the incumbent with the cardinality bound.
           next_checkpoint_ = 2 * states_.size();
+          if (bundling_ && !enumerated_ && restart_bundled()) return {};
           if (!enumerated_) {
             enumerated_ = true;
             if (seed_from_core_enumeration()) return finish_enumerated();
@@ -284,22 +293,21 @@ class ExpandingCore {
   // strongly correlated, the fewest) meets the surrogate cardinality bound, which proves it
   // optimal without any search. Tried once for each new incumbent.
   //
-  // The bound costs up to ~120 linear-time LPs; it is only computed once the search has spent at
+  // The bound costs about 45 linear-time LPs; it is only computed once the search has spent at
   // least as long as the last computation took (estimated at first), so on instances where it
   // cannot help it at most doubles the time.
   bool proven_by_cardinality() {
     if (best_value_ == cardinality_checked_value_ || cardinality_failed_) return false;
     const auto now = Clock::now();
     if (std::chrono::duration<double>(now - start_).count() < cardinality_cost_) return false;
-    if (deadline_ &&
-        std::chrono::duration<double>(*deadline_ - now).count() < 2 * cardinality_cost_) {
-      return false;  // it could not finish before the deadline
+    if (deadline_ && std::chrono::duration<double>(*deadline_ - now).count() < cardinality_cost_) {
+      return false;  // it would most likely stop at the deadline without a bound
     }
     cardinality_checked_value_ = best_value_;
     double bound = 0;
     try {
       if (!cardinality_) cardinality_.emplace(p_, integral_values_, memory_);
-      bound = cardinality_->bound(best_value_);
+      bound = cardinality_->bound(best_value_, deadline_);
       cardinality_cost_ =
           std::max(cardinality_cost_, std::chrono::duration<double>(Clock::now() - now).count());
     } catch (const PlannerMemoryError&) {
@@ -447,6 +455,27 @@ class ExpandingCore {
     }
   }
 
+  std::size_t ordering_bytes() const {
+    return p_.size() * (sizeof(std::uint32_t) + sizeof(double) + 2);
+  }
+
+  // Many identical items make the list long for nothing (states that differ only in which copy
+  // they save): when bundling halves the items, this search stops, hands its memory back, and
+  // solve_exact starts over on the bundles. Easy instances never get here, so they never pay
+  // for the sort.
+  bool restart_bundled() {
+    std::optional<Bundling> bundled;
+    try {
+      bundled = bundle_duplicates(p_, memory_, bundling_->only_if_halved);
+    } catch (const PlannerMemoryError&) {
+      return false;
+    }
+    if (!bundled) return false;
+    memory_.release(ordering_bytes() + reserved_states_ + reserved_scratch_ + reserved_nodes_);
+    bundling_->result = std::move(bundled);
+    return true;
+  }
+
   // The collection cannot stop halfway (about 4 ns a node): near the deadline the search keeps
   // its garbage instead, since it ends soon anyway.
   bool too_late_for_garbage_collection() const {
@@ -527,6 +556,7 @@ class ExpandingCore {
   static constexpr std::size_t kMaxEnumeratedHalf = 20;  // exact when n <= 40
   static constexpr std::size_t kIncumbentHalf = 16;      // incumbent only: keep it cheap
 
+  BundlingRequest* bundling_;
   const ReducedProblem& p_;
   PlannerMemory& memory_;
   std::optional<Clock::time_point> deadline_;
@@ -552,8 +582,8 @@ class ExpandingCore {
   bool cardinality_failed_ = false;
   double cardinality_checked_value_ = -1;
   Clock::time_point start_ = Clock::now();
-  // Seconds one cardinality bound is expected to take: about 120 LPs of ~10 ns an item at first.
-  double cardinality_cost_ = 1.2e-6 * static_cast<double>(p_.size());
+  // Seconds one cardinality bound is expected to take: about 45 LPs of ~40 ns an item at first.
+  double cardinality_cost_ = 1.8e-6 * static_cast<double>(p_.size());
   double cardinality_bound_ = std::numeric_limits<double>::infinity();
   std::vector<char> enumerated_take_;
 };
@@ -562,22 +592,16 @@ class ExpandingCore {
 
 ReducedSolution solve_exact(const ReducedProblem& p, PlannerMemory& memory,
                             std::optional<Clock::time_point> deadline, const ExactTuning& tuning) {
-  if (p.size() >= tuning.min_bundled_items) {
-    std::optional<Bundling> bundled;
-    try {
-      bundled = bundle_duplicates(p, memory, tuning.bundle_only_if_halved);
-    } catch (const PlannerMemoryError&) {
-      // solved as it is
-    }
-    if (bundled) {
-      ReducedSolution solution = ExpandingCore(bundled->problem, memory, deadline, tuning).run();
-      solution.take = unbundle(*bundled, solution.take, p.size());
-      solution.path = "duplicates_bundled+" + solution.path;
-      memory.release(bundled->bytes);
-      return solution;
-    }
-  }
-  return ExpandingCore(p, memory, deadline, tuning).run();
+  if (p.size() < tuning.min_bundled_items) return ExpandingCore(p, memory, deadline, tuning).run();
+  ExpandingCore::BundlingRequest request{tuning.bundle_only_if_halved, std::nullopt};
+  ReducedSolution solution = ExpandingCore(p, memory, deadline, tuning, &request).run();
+  if (!request.result) return solution;
+  const Bundling& bundled = *request.result;
+  solution = ExpandingCore(bundled.problem, memory, deadline, tuning).run();
+  solution.take = unbundle(bundled, solution.take, p.size());
+  solution.path = "duplicates_bundled+" + solution.path;
+  memory.release(bundled.bytes);
+  return solution;
 }
 
 }  // namespace remat::detail

@@ -83,7 +83,8 @@ class CardinalityBounds {
   ~CardinalityBounds();
   CardinalityBounds(const CardinalityBounds&) = delete;
   CardinalityBounds& operator=(const CardinalityBounds&) = delete;
-  double bound(double incumbent);
+  // +infinity (no bound) when the deadline passes first.
+  double bound(double incumbent, std::optional<Clock::time_point> deadline = std::nullopt);
 
  private:
   const ReducedProblem& p_;
