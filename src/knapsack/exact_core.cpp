@@ -29,6 +29,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <vector>
@@ -175,13 +176,21 @@ class ExpandingCore {
   // With integral runtimes (and sums exact in double) a plan can only beat the incumbent z by
   // reaching z + 1, so a bound below z + 1 already prunes: the classical integer test, which
   // matters on instances with many ties.
-  bool all_values_integral() const {
+  //
+  // Every plan's runtime is then a multiple of g, the greatest common divisor of the runtimes
+  // ("rudimentary divisibility", as in combo): a better plan reaches at least z + g, so bounds
+  // below z + g prune (g = 3 on Pisinger's profit-ceiling class).
+  bool all_values_integral() {
     double total = 0;
+    std::int64_t g = 0;
     for (double v : p_.value) {
       if (v != std::floor(v)) return false;
       total += v;
+      if (total >= 0x1.0p45) return false;
+      g = std::gcd(g, static_cast<std::int64_t>(v));
     }
-    return total < 0x1.0p45;
+    value_step_ = static_cast<double>(std::max<std::int64_t>(g, 1));
+    return true;
   }
 
   // `value` is the state's value the bound was computed from. With integral runtimes the slack
@@ -190,7 +199,7 @@ class ExpandingCore {
   bool can_beat_incumbent(double bound, double value) const {
     if (!integral_values_) return bound > best_value_;
     const double slack = 0x1.0p-49 * (std::abs(value) + std::abs(bound) + 1.0);
-    return bound + slack >= best_value_ + 1;
+    return bound + slack >= best_value_ + value_step_;
   }
 
   double efficiency(std::ptrdiff_t pos) const {
@@ -314,7 +323,7 @@ class ExpandingCore {
       cardinality_failed_ = true;  // the search goes on without it
       return false;
     }
-    if (integral_values_ ? bound < best_value_ + 1 : bound <= best_value_) {
+    if (integral_values_ ? bound < best_value_ + value_step_ : bound <= best_value_) {
       enumerated_take_ = best_node_ == kGreedyIncumbent ? greedy_take_ : finish_take();
       proven_by_bound_ = true;
       return true;
@@ -567,6 +576,7 @@ class ExpandingCore {
   double break_value_ = 0;
   std::vector<char> greedy_take_;
   bool integral_values_ = false;
+  double value_step_ = 1;  // with integral runtimes: their greatest common divisor
   double best_value_ = 0;
   std::uint32_t best_node_ = kGreedyIncumbent;
   std::vector<State> states_, scratch_;
