@@ -81,7 +81,7 @@ double shifted_lp(const ReducedProblem& p, double mu, std::vector<ShiftedItem>& 
 CardinalityBounds::CardinalityBounds(const ReducedProblem& p, bool integral, PlannerMemory& memory)
     : p_(p), integral_(integral), memory_(memory) {
   const std::size_t n = p.size();
-  bytes_ = n * (sizeof(std::int64_t) + sizeof(double) + sizeof(ShiftedItem));
+  bytes_ = n * (sizeof(std::int64_t) + 2 * sizeof(double) + sizeof(ShiftedItem));
   memory_.reserve(bytes_);
   std::vector<std::int64_t> weights(p.weight);
   std::sort(weights.begin(), weights.end());
@@ -89,7 +89,18 @@ CardinalityBounds::CardinalityBounds(const ReducedProblem& p, bool integral, Pla
   while (k_max_ < n && used + weights[k_max_] <= p.capacity) used += weights[k_max_++];
   values_ = p.value;
   std::sort(values_.begin(), values_.end(), std::greater<>());
+  top_sums_.resize(n);
+  double sum = 0;
+  for (std::size_t k = 0; k < n; ++k) top_sums_[k] = sum += values_[k];
   scratch_.reserve(n);
+}
+
+std::size_t CardinalityBounds::min_items(double incumbent) const {
+  // The fewest of the largest runtimes whose sum can beat the incumbent: a binary search over
+  // their prefix sums.
+  const double target = integral_ ? std::floor(incumbent) + 0.5 : incumbent;
+  const auto it = std::upper_bound(top_sums_.begin(), top_sums_.end(), target);
+  return std::min<std::size_t>(static_cast<std::size_t>(it - top_sums_.begin()) + 1, p_.size());
 }
 
 CardinalityBounds::~CardinalityBounds() {
@@ -99,10 +110,7 @@ CardinalityBounds::~CardinalityBounds() {
 double CardinalityBounds::bound(double incumbent, std::optional<Clock::time_point> deadline) {
   const std::size_t n = p_.size();
   if (n == 0) return 0.0;
-  const double target = integral_ ? incumbent + 1 : incumbent;
-  std::size_t k_min = 0;
-  double top = 0;
-  while (k_min < n && (integral_ ? top < target - 0.5 : top <= target)) top += values_[k_min++];
+  const std::size_t k_min = min_items(incumbent);
   if (cached_k_min_ == k_min) return cached_bound_;
   // U(mu) plus a margin covering its rounding: every partial sum is exact when the runtimes
   // are integers (below 2^45) and mu is one, leaving the break item's fraction and two

@@ -85,6 +85,8 @@ class CardinalityBounds {
   CardinalityBounds& operator=(const CardinalityBounds&) = delete;
   // +infinity (no bound) when the deadline passes first.
   double bound(double incumbent, std::optional<Clock::time_point> deadline = std::nullopt);
+  // Every plan that beats `incumbent` saves at least this many items.
+  std::size_t min_items(double incumbent) const;
 
  private:
   const ReducedProblem& p_;
@@ -92,7 +94,8 @@ class CardinalityBounds {
   PlannerMemory& memory_;
   std::size_t bytes_ = 0;
   std::size_t k_max_ = 0;
-  std::vector<double> values_;  // runtimes, largest first
+  std::vector<double> values_;    // runtimes, largest first
+  std::vector<double> top_sums_;  // top_sums_[k]: the k + 1 largest runtimes together
   std::vector<ShiftedItem> scratch_;
   std::size_t cached_k_min_ = static_cast<std::size_t>(-1);
   double cached_bound_ = 0;
@@ -142,6 +145,7 @@ struct ExactTuning {
   std::size_t min_bundled_items = 64;                   // smaller instances are never bundled
   bool bundle_only_if_halved = true;
   std::size_t max_enumerated_half = 20;  // core enumeration: 2^half sums a half
+  bool shift = true;                     // the cardinality-shifted second search
 };
 
 ReducedSolution solve_exact(const ReducedProblem& p, PlannerMemory& memory,
