@@ -100,19 +100,29 @@ class ExpandingCore {
       nodes_.push_back({kRoot, 0});
       const auto m = static_cast<std::ptrdiff_t>(order_.size());
       bool add_next = true;
+      double pruned_at = -std::numeric_limits<double>::infinity();
       while (true) {
-        prune(s, t);
+        // The merge prunes the states it makes; a separate pass only pays after the incumbent
+        // improved.
+        if (best_value_ != pruned_at) {
+          prune(s, t);
+          pruned_at = best_value_;
+        }
         if (states_.empty() || (s >= m && t < 0)) break;
         if (deadline_ && Clock::now() >= *deadline_) return finish(SolveStatus::kTimeLimit, s, t);
         // s and t move only once the expansion is complete: if the cap stops it, the states
         // still leave that item free, and the bound at (s, t) stays valid.
         if ((add_next && s < m) || t < 0) {
           const std::uint32_t k = order_[s];
-          if (!expand(p_.weight[k], p_.value[k], k)) return finish(SolveStatus::kTimeLimit, s, t);
+          if (!expand(p_.weight[k], p_.value[k], k, bound_inputs(s + 1, t))) {
+            return finish(SolveStatus::kTimeLimit, s, t);
+          }
           ++s;
         } else {
           const std::uint32_t k = order_[t];
-          if (!expand(-p_.weight[k], -p_.value[k], k)) return finish(SolveStatus::kTimeLimit, s, t);
+          if (!expand(-p_.weight[k], -p_.value[k], k, bound_inputs(s, t - 1))) {
+            return finish(SolveStatus::kTimeLimit, s, t);
+          }
           --t;
         }
         add_next = !add_next;
@@ -410,7 +420,11 @@ class ExpandingCore {
   // Merges the list with a copy of itself shifted by (dw, dv): the same plans with item k's
   // decision flipped. Both are sorted by weight; dominated states are dropped as they appear.
   // Returns false, leaving the list as it was, when the deadline passes during the merge.
-  bool expand(std::int64_t dw, double dv, std::uint32_t k) {
+  //
+  // States the bound at the next core (`next`) cannot let beat the incumbent are left out as
+  // they are made; a state dominated by one left out is left out too (its completions are no
+  // better), so the list keeps values strictly increasing.
+  bool expand(std::int64_t dw, double dv, std::uint32_t k, const BoundInputs& next) {
     if (nodes_.size() + states_.size() >= kGreedyIncumbent) {
       throw PlannerMemoryError("exact: more than 2^32 live decision nodes");
     }
@@ -419,8 +433,12 @@ class ExpandingCore {
     scratch_.clear();
     std::size_t i = 0, j = 0;
     const std::size_t n = states_.size();
+    double last_value = -std::numeric_limits<double>::infinity();
     auto push = [&](const State& candidate, bool flipped, std::uint32_t parent) {
-      if (!scratch_.empty() && candidate.value <= scratch_.back().value) return;
+      if (candidate.value <= last_value) return;
+      last_value = candidate.value;
+      const double b = bound(candidate, next.add_efficiency, next.drop_efficiency, next.can_drop);
+      if (!can_beat_incumbent(b, candidate.value)) return;
       State kept = candidate;
       if (flipped) {
         nodes_.push_back({parent, k});
