@@ -1,22 +1,38 @@
 // Exact 0/1 knapsack by an expanding core, in the family of Pisinger's minknap (Pisinger 1997,
-// "A minimal algorithm for the 0-1 knapsack problem", Operations Research 45(5)); written from
-// the paper's description, not from its code.
+// "A minimal algorithm for the 0-1 knapsack problem", Operations Research 45(5)), with
+// ingredients of combo (Martello, Pisinger and Toth 1999, "Dynamic programming and strong bounds
+// for the 0-1 knapsack problem", Management Science 45(3)); written from the papers'
+// descriptions, not from their code.
 //
 // Items are ordered by runtime per quantum. The greedy break solution saves every item before the
 // break item b. A state is a plan that agrees with the break solution outside the core
 // [t+1, s-1]; states live in one list sorted by weight with strictly increasing value
 // (dominance). The core grows alternately by adding item s (states may try saving it) and item t
 // (states may try dropping it); states over the budget are allowed, since a later drop can bring
-// them back. Before every step each state gets Dantzig's bound, using the efficiency of s for a
-// state within the budget and of t for one over it, and states that cannot beat the incumbent
-// are dropped. The list empties when the incumbent is proven optimal.
+// them back. Each state gets Dantzig's bound, using the efficiency of s for a state within the
+// budget and of t for one over it; the merge that makes the new list leaves out states that
+// cannot beat the incumbent (a separate pruning pass runs only after the incumbent improves).
+// With integral runtimes whose greatest common divisor is g, a bound below z + g prunes
+// (combo's "rudimentary divisibility"). The list empties when the incumbent is proven optimal.
+//
+// When the list passes 8192 states (and each time it doubles after that), the bounds are weak
+// and the search reaches for combo's tools: identical items bundled by binary splitting (a
+// restart on the bundles when that halves n, see duplicate_bundles.cpp); meet in the middle over
+// the items nearest the break (core_enumeration.cpp) and state pairing (each live state with one
+// item outside the core) for a strong incumbent; and the surrogate cardinality bound
+// (cardinality_bound.cpp), which proves that incumbent optimal on strongly correlated,
+// inverse strongly correlated and subset-sum-like instances. The bound costs O(n) per LP, so it
+// is computed only once the search has run as long as it last took, and not when the deadline
+// is nearer than that.
 //
 // Time: O(n log n) for the ordering plus O(sum of list lengths); the list never holds more than
 // min(2^core, weight range) states and, on the instances torch produces, stays short because the
-// bounds are tight. Neither time nor memory grows with the budget W as such. Memory: the list
-// (24 bytes a state) and a history tree of the decisions (8 bytes a node), garbage-collected so
-// that only nodes reachable from live states are kept. Every growth is accounted against the
-// planner-memory cap before it is allocated.
+// bounds are tight. Pairing costs O(n log L) per checkpoint. Neither time nor memory grows with
+// the budget W as such. Memory: the list (24 bytes a state) and a history tree of the decisions
+// (8 bytes a node), garbage-collected so that only nodes reachable from live states are kept.
+// Every growth is accounted against the planner-memory cap before it is allocated. The deadline
+// is read every 2^14 merge steps, inside pairing, and before a garbage collection or a bound
+// that could not finish in time.
 //
 // Values are doubles (runtimes); a state is pruned only when its bound is <= the incumbent, so
 // the only inexactness is double rounding in the bounds (relative 1e-16).
