@@ -29,8 +29,10 @@ struct KnapsackResult {
   double upper_bound = 0.0;            // no feasible plan saves more runtime than this
   double seconds = 0.0;                // wall time of the solver, quantization excluded
   std::size_t planner_peak_bytes = 0;  // the solver's own peak working memory
-  // Which algorithm decided: "all_fit", "expanding_core", "meet_in_the_middle", "table" or
-  // "greedy".
+  // Which algorithm decided: "all_fit", "expanding_core", "meet_in_the_middle", "table",
+  // "greedy", or parts joined by '+': where the plan came from ("expanding_core",
+  // "core_enumeration", "state_pairing", "greedy"), "cardinality_bound" when that bound proved
+  // it, and a leading "duplicates_bundled" when identical items were bundled (README).
   std::string path;
 };
 

@@ -1,22 +1,38 @@
 // Exact 0/1 knapsack by an expanding core, in the family of Pisinger's minknap (Pisinger 1997,
-// "A minimal algorithm for the 0-1 knapsack problem", Operations Research 45(5)); written from
-// the paper's description, not from its code.
+// "A minimal algorithm for the 0-1 knapsack problem", Operations Research 45(5)), with
+// ingredients of combo (Martello, Pisinger and Toth 1999, "Dynamic programming and strong bounds
+// for the 0-1 knapsack problem", Management Science 45(3)); written from the papers'
+// descriptions, not from their code.
 //
 // Items are ordered by runtime per quantum. The greedy break solution saves every item before the
 // break item b. A state is a plan that agrees with the break solution outside the core
 // [t+1, s-1]; states live in one list sorted by weight with strictly increasing value
 // (dominance). The core grows alternately by adding item s (states may try saving it) and item t
 // (states may try dropping it); states over the budget are allowed, since a later drop can bring
-// them back. Before every step each state gets Dantzig's bound, using the efficiency of s for a
-// state within the budget and of t for one over it, and states that cannot beat the incumbent
-// are dropped. The list empties when the incumbent is proven optimal.
+// them back. Each state gets Dantzig's bound, using the efficiency of s for a state within the
+// budget and of t for one over it; the merge that makes the new list leaves out states that
+// cannot beat the incumbent (a separate pruning pass runs only after the incumbent improves).
+// With integral runtimes whose greatest common divisor is g, a bound below z + g prunes
+// (combo's "rudimentary divisibility"). The list empties when the incumbent is proven optimal.
+//
+// When the list passes 8192 states (and each time it doubles after that), the bounds are weak
+// and the search reaches for combo's tools: identical items bundled by binary splitting (a
+// restart on the bundles when that halves n, see duplicate_bundles.cpp); meet in the middle over
+// the items nearest the break (core_enumeration.cpp) and state pairing (each live state with one
+// item outside the core) for a strong incumbent; and the surrogate cardinality bound
+// (cardinality_bound.cpp), which proves that incumbent optimal on strongly correlated,
+// inverse strongly correlated and subset-sum-like instances. The bound costs O(n) per LP, so it
+// is computed only once the search has run as long as it last took, and not when the deadline
+// is nearer than that.
 //
 // Time: O(n log n) for the ordering plus O(sum of list lengths); the list never holds more than
 // min(2^core, weight range) states and, on the instances torch produces, stays short because the
-// bounds are tight. Neither time nor memory grows with the budget W as such. Memory: the list
-// (24 bytes a state) and a history tree of the decisions (8 bytes a node), garbage-collected so
-// that only nodes reachable from live states are kept. Every growth is accounted against the
-// planner-memory cap before it is allocated.
+// bounds are tight. Pairing costs O(n log L) per checkpoint. Neither time nor memory grows with
+// the budget W as such. Memory: the list (24 bytes a state) and a history tree of the decisions
+// (8 bytes a node), garbage-collected so that only nodes reachable from live states are kept.
+// Every growth is accounted against the planner-memory cap before it is allocated. The deadline
+// is read every 2^14 merge steps, inside pairing, and before a garbage collection or a bound
+// that could not finish in time.
 //
 // Values are doubles (runtimes); a state is pruned only when its bound is <= the incumbent, so
 // the only inexactness is double rounding in the bounds (relative 1e-16).
@@ -29,6 +45,9 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <numeric>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "knapsack/reduced_problem.hpp"
@@ -55,13 +74,25 @@ constexpr std::uint32_t kGreedyIncumbent = std::numeric_limits<std::uint32_t>::m
 
 class ExpandingCore {
  public:
+  // Where a search that decides to restart on bundled items leaves them (see restart_bundled).
+  struct BundlingRequest {
+    bool only_if_halved = true;
+    std::optional<Bundling> result;
+  };
+
   ExpandingCore(const ReducedProblem& p, PlannerMemory& memory,
-                std::optional<Clock::time_point> deadline)
-      : p_(p), memory_(memory), deadline_(deadline) {}
+                std::optional<Clock::time_point> deadline, const ExactTuning& tuning,
+                BundlingRequest* bundling = nullptr)
+      : bundling_(bundling),
+        p_(p),
+        memory_(memory),
+        deadline_(deadline),
+        max_enumerated_half_(std::min(tuning.max_enumerated_half, kMaxEnumeratedHalf)),
+        next_checkpoint_(tuning.first_checkpoint) {}
 
   ReducedSolution run() {
     try {
-      memory_.reserve(p_.size() * (sizeof(std::uint32_t) + sizeof(double) + 2));
+      memory_.reserve(ordering_bytes());
     } catch (const PlannerMemoryError& e) {
       // Not even the ordering fits: the empty plan with the trivial bound (all runtime).
       ReducedSolution nothing{std::vector<char>(p_.size(), 0), SolveStatus::kMemoryLimit, 0.0,
@@ -85,30 +116,50 @@ class ExpandingCore {
       nodes_.push_back({kRoot, 0});
       const auto m = static_cast<std::ptrdiff_t>(order_.size());
       bool add_next = true;
+      double pruned_at = -std::numeric_limits<double>::infinity();
       while (true) {
-        prune(s, t);
+        // The merge prunes the states it makes; a separate pass only pays after the incumbent
+        // improved.
+        if (best_value_ != pruned_at) {
+          prune(s, t);
+          pruned_at = best_value_;
+        }
         if (states_.empty() || (s >= m && t < 0)) break;
         if (deadline_ && Clock::now() >= *deadline_) return finish(SolveStatus::kTimeLimit, s, t);
         // s and t move only once the expansion is complete: if the cap stops it, the states
         // still leave that item free, and the bound at (s, t) stays valid.
         if ((add_next && s < m) || t < 0) {
           const std::uint32_t k = order_[s];
-          if (!expand(p_.weight[k], p_.value[k], k)) return finish(SolveStatus::kTimeLimit, s, t);
+          if (!expand(p_.weight[k], p_.value[k], k, bound_inputs(s + 1, t))) {
+            return finish(SolveStatus::kTimeLimit, s, t);
+          }
           ++s;
         } else {
           const std::uint32_t k = order_[t];
-          if (!expand(-p_.weight[k], -p_.value[k], k)) return finish(SolveStatus::kTimeLimit, s, t);
+          if (!expand(-p_.weight[k], -p_.value[k], k, bound_inputs(s, t - 1))) {
+            return finish(SolveStatus::kTimeLimit, s, t);
+          }
           --t;
         }
         add_next = !add_next;
         update_incumbent();
-        if (!enumerated_ && states_.size() > kEnumerateAfterStates) {
-          enumerated_ = true;
-          if (seed_from_core_enumeration()) return finish_enumerated();
+        if (states_.size() > next_checkpoint_) {
+          // The list keeps growing: the bounds are weak here. Look for better plans outside the
+          // core, and try to prove the incumbent with the cardinality bound.
+          next_checkpoint_ = 2 * states_.size();
+          if (bundling_ && !enumerated_ && restart_bundled()) return {};
+          if (!enumerated_) {
+            enumerated_ = true;
+            if (seed_from_core_enumeration()) return finish_enumerated();
+          }
+          pair_with_outside_items(s, t);
+          if (proven_by_cardinality()) return finish_enumerated();
         }
         s_ = s;
         t_ = t;
-        if (nodes_.size() > gc_threshold_) collect_garbage();
+        if (nodes_.size() > gc_threshold_ && !too_late_for_garbage_collection()) {
+          collect_garbage();
+        }
       }
     } catch (const PlannerMemoryError& e) {
       ReducedSolution best = finish(SolveStatus::kMemoryLimit, s_, t_);
@@ -151,13 +202,21 @@ class ExpandingCore {
   // With integral runtimes (and sums exact in double) a plan can only beat the incumbent z by
   // reaching z + 1, so a bound below z + 1 already prunes: the classical integer test, which
   // matters on instances with many ties.
-  bool all_values_integral() const {
+  //
+  // Every plan's runtime is then a multiple of g, the greatest common divisor of the runtimes
+  // ("rudimentary divisibility", as in combo): a better plan reaches at least z + g, so bounds
+  // below z + g prune (g = 3 on Pisinger's profit-ceiling class).
+  bool all_values_integral() {
     double total = 0;
+    std::int64_t g = 0;
     for (double v : p_.value) {
       if (v != std::floor(v)) return false;
       total += v;
+      if (total >= 0x1.0p45) return false;
+      g = std::gcd(g, static_cast<std::int64_t>(v));
     }
-    return total < 0x1.0p45;
+    value_step_ = static_cast<double>(std::max<std::int64_t>(g, 1));
+    return true;
   }
 
   // `value` is the state's value the bound was computed from. With integral runtimes the slack
@@ -166,7 +225,7 @@ class ExpandingCore {
   bool can_beat_incumbent(double bound, double value) const {
     if (!integral_values_) return bound > best_value_;
     const double slack = 0x1.0p-49 * (std::abs(value) + std::abs(bound) + 1.0);
-    return bound + slack >= best_value_ + 1;
+    return bound + slack >= best_value_ + value_step_;
   }
 
   double efficiency(std::ptrdiff_t pos) const {
@@ -227,12 +286,12 @@ class ExpandingCore {
     return r;
   }
 
-  // The list grew past kEnumerateAfterStates: the instance is hard for the core (typically
+  // The list grew past the first checkpoint: the instance is hard for the core (typically
   // subset-sum-like, where Dantzig's bound cannot prune until a plan fills the budget). Meet in
   // the middle over the items nearest the break gives a strong incumbent, or the optimum when
   // the core holds every item (returns true then). Its size fits the time left.
   bool seed_from_core_enumeration() {
-    std::size_t half = kMaxEnumeratedHalf;
+    std::size_t half = max_enumerated_half_;
     if (deadline_) {
       const double left = std::chrono::duration<double>(*deadline_ - Clock::now()).count();
       // About 25 ns per listed sum and level of the sort; spend at most a quarter of the time.
@@ -243,6 +302,7 @@ class ExpandingCore {
       }
     }
     if (order_.size() > 2 * half) half = std::min(half, kIncumbentHalf);
+    half = std::min(half, max_enumerated_half_);
     std::optional<CoreEnumeration> found;
     try {
       found = enumerate_core(p_, order_, break_pos_, p_.capacity - break_weight_, half, memory_);
@@ -259,30 +319,91 @@ class ExpandingCore {
       best_value_ = value;
       greedy_take_ = take_with_flips(found->flipped);
       best_node_ = kGreedyIncumbent;
-      incumbent_from_enumeration_ = true;
+      incumbent_source_ = "core_enumeration";
     }
-    // Strongly correlated classes: a plan that fills the budget with the most items meets the
-    // surrogate cardinality bound, which proves it optimal without any search. The bound costs
-    // about 100 sorts, so on large instances it is only tried on a new plan that fills the
-    // budget exactly.
-    const bool fills =
-        incumbent_from_enumeration_ && break_weight_ + found->flipped_weight == p_.capacity;
-    if (!fills && p_.size() > 2000) return false;
+    return proven_by_cardinality();
+  }
+
+  // Strongly correlated classes: a plan that fills the budget with the most items (or, inverse
+  // strongly correlated, the fewest) meets the surrogate cardinality bound, which proves it
+  // optimal without any search. Tried once for each new incumbent.
+  //
+  // The bound costs about 45 linear-time LPs; it is only computed once the search has spent at
+  // least as long as the last computation took (estimated at first), so on instances where it
+  // cannot help it at most doubles the time.
+  bool proven_by_cardinality() {
+    if (best_value_ == cardinality_checked_value_ || cardinality_failed_) return false;
+    const auto now = Clock::now();
+    if (std::chrono::duration<double>(now - start_).count() < cardinality_cost_) return false;
+    if (deadline_ && std::chrono::duration<double>(*deadline_ - now).count() < cardinality_cost_) {
+      return false;  // it would most likely stop at the deadline without a bound
+    }
+    cardinality_checked_value_ = best_value_;
+    double bound = 0;
     try {
-      cardinality_bound_ = cardinality_bound(p_, best_value_, integral_values_, memory_);
+      if (!cardinality_) cardinality_.emplace(p_, integral_values_, memory_);
+      bound = cardinality_->bound(best_value_, deadline_);
+      cardinality_cost_ =
+          std::max(cardinality_cost_, std::chrono::duration<double>(Clock::now() - now).count());
     } catch (const PlannerMemoryError&) {
+      cardinality_failed_ = true;  // the search goes on without it
       return false;
     }
-    const double slack = static_cast<double>(p_.size() + 8) * 0x1.0p-50 *
-                         (std::abs(cardinality_bound_) + std::abs(best_value_) + 1.0);
-    if (integral_values_ ? cardinality_bound_ + slack < best_value_ + 1
-                         : cardinality_bound_ + slack <= best_value_) {
+    if (integral_values_ ? bound < best_value_ + value_step_ : bound <= best_value_) {
       enumerated_take_ = best_node_ == kGreedyIncumbent ? greedy_take_ : finish_take();
       proven_by_bound_ = true;
       return true;
     }
-    cardinality_bound_ += slack;  // a valid bound for the reports below
+    cardinality_bound_ = std::min(cardinality_bound_, bound);  // valid for the reports
     return false;
+  }
+
+  // State pairing (after combo): every live state combined with one item outside the core,
+  // saved if it is after the core or dropped if before. States are sorted by weight with
+  // increasing value, so each item's best partner is the last state within the weight left:
+  // one binary search. O(n log L) for L states.
+  void pair_with_outside_items(std::ptrdiff_t s, std::ptrdiff_t t) {
+    if (states_.empty()) return;
+    double best = best_value_;
+    std::size_t best_state = 0;
+    std::uint32_t best_item = 0;
+    bool found = false;
+    auto try_limit = [&](std::int64_t limit, double dv, std::uint32_t k) {
+      auto it = std::upper_bound(states_.begin(), states_.end(), limit,
+                                 [](std::int64_t c, const State& st) { return c < st.weight; });
+      if (it == states_.begin()) return;
+      --it;
+      if (it->value + dv > best) {
+        best = it->value + dv;
+        best_state = static_cast<std::size_t>(it - states_.begin());
+        best_item = k;
+        found = true;
+      }
+    };
+    const auto m = static_cast<std::ptrdiff_t>(order_.size());
+    // Outside the core: positions < t + 1 (saved, may be dropped) and >= s (may be saved).
+    for (std::ptrdiff_t pos = 0; pos < m; ++pos) {
+      if (pos == t + 1) pos = s;
+      if (pos >= m) break;
+      if (deadline_ && pos % 1024 == 0 && Clock::now() >= *deadline_) break;
+      const std::uint32_t k = order_[static_cast<std::size_t>(pos)];
+      if (pos >= s) {
+        try_limit(p_.capacity - p_.weight[k], p_.value[k], k);
+      } else {
+        try_limit(p_.capacity + p_.weight[k], -p_.value[k], k);
+      }
+    }
+    if (!found) return;
+    std::vector<char> take(p_.size(), 0);
+    for (std::size_t pos = 0; pos < break_pos_; ++pos) take[order_[pos]] = 1;
+    for (std::uint32_t node = states_[best_state].node; node != kRoot; node = nodes_[node].parent) {
+      take[nodes_[node].item] ^= 1;
+    }
+    take[best_item] ^= 1;
+    best_value_ = best;
+    greedy_take_ = std::move(take);
+    best_node_ = kGreedyIncumbent;
+    incumbent_source_ = "state_pairing";
   }
 
   std::vector<char> take_with_flips(const std::vector<std::uint32_t>& flipped) const {
@@ -296,7 +417,10 @@ class ExpandingCore {
     ReducedSolution solution;
     solution.take = enumerated_take_;
     solution.status = SolveStatus::kOptimal;
-    solution.path = proven_by_bound_ ? "core_enumeration+cardinality_bound" : "meet_in_the_middle";
+    solution.path = proven_by_bound_
+                        ? (best_node_ == kGreedyIncumbent ? incumbent_source_ : "expanding_core") +
+                              "+cardinality_bound"
+                        : "meet_in_the_middle";
     return solution;
   }
 
@@ -312,7 +436,11 @@ class ExpandingCore {
   // Merges the list with a copy of itself shifted by (dw, dv): the same plans with item k's
   // decision flipped. Both are sorted by weight; dominated states are dropped as they appear.
   // Returns false, leaving the list as it was, when the deadline passes during the merge.
-  bool expand(std::int64_t dw, double dv, std::uint32_t k) {
+  //
+  // States the bound at the next core (`next`) cannot let beat the incumbent are left out as
+  // they are made; a state dominated by one left out is left out too (its completions are no
+  // better), so the list keeps values strictly increasing.
+  bool expand(std::int64_t dw, double dv, std::uint32_t k, const BoundInputs& next) {
     if (nodes_.size() + states_.size() >= kGreedyIncumbent) {
       throw PlannerMemoryError("exact: more than 2^32 live decision nodes");
     }
@@ -321,8 +449,12 @@ class ExpandingCore {
     scratch_.clear();
     std::size_t i = 0, j = 0;
     const std::size_t n = states_.size();
+    double last_value = -std::numeric_limits<double>::infinity();
     auto push = [&](const State& candidate, bool flipped, std::uint32_t parent) {
-      if (!scratch_.empty() && candidate.value <= scratch_.back().value) return;
+      if (candidate.value <= last_value) return;
+      last_value = candidate.value;
+      const double b = bound(candidate, next.add_efficiency, next.drop_efficiency, next.can_drop);
+      if (!can_beat_incumbent(b, candidate.value)) return;
       State kept = candidate;
       if (flipped) {
         nodes_.push_back({parent, k});
@@ -366,6 +498,35 @@ class ExpandingCore {
     }
   }
 
+  std::size_t ordering_bytes() const {
+    return p_.size() * (sizeof(std::uint32_t) + sizeof(double) + 2);
+  }
+
+  // Many identical items make the list long for nothing (states that differ only in which copy
+  // they save): when bundling halves the items, this search stops, hands its memory back, and
+  // solve_exact starts over on the bundles. Easy instances never get here, so they never pay
+  // for the sort.
+  bool restart_bundled() {
+    std::optional<Bundling> bundled;
+    try {
+      bundled = bundle_duplicates(p_, memory_, bundling_->only_if_halved);
+    } catch (const PlannerMemoryError&) {
+      return false;
+    }
+    if (!bundled) return false;
+    memory_.release(ordering_bytes() + reserved_states_ + reserved_scratch_ + reserved_nodes_);
+    bundling_->result = std::move(bundled);
+    return true;
+  }
+
+  // The collection cannot stop halfway (about 4 ns a node): near the deadline the search keeps
+  // its garbage instead, since it ends soon anyway.
+  bool too_late_for_garbage_collection() const {
+    if (!deadline_) return false;
+    const double left = std::chrono::duration<double>(*deadline_ - Clock::now()).count();
+    return left < 8e-9 * static_cast<double>(nodes_.size() + states_.size());
+  }
+
   // Keeps only history nodes reachable from live states and the incumbent. Parents always
   // precede their children, so one forward pass renumbers them.
   void collect_garbage() {
@@ -401,8 +562,8 @@ class ExpandingCore {
     ReducedSolution solution;
     solution.status = status;
     // The core's own search, and whether its plan came from the enumerated core.
-    solution.path = incumbent_from_enumeration_ && best_node_ == kGreedyIncumbent
-                        ? "expanding_core+core_enumeration"
+    solution.path = best_node_ == kGreedyIncumbent && incumbent_source_ != "greedy"
+                        ? "expanding_core+" + incumbent_source_
                         : "expanding_core";
     if (status != SolveStatus::kOptimal) {
       const Remaining remaining = remaining_bound(s, t);
@@ -435,20 +596,21 @@ class ExpandingCore {
 
   static constexpr std::size_t kMinGcThreshold = 1 << 16;
   static constexpr std::size_t kStepsPerClockRead = 1 << 14;
-  // Easy instances never list this many states, so they never pay for the enumeration.
-  static constexpr std::size_t kEnumerateAfterStates = 1 << 13;
   static constexpr std::size_t kMaxEnumeratedHalf = 20;  // exact when n <= 40
   static constexpr std::size_t kIncumbentHalf = 16;      // incumbent only: keep it cheap
 
+  BundlingRequest* bundling_;
   const ReducedProblem& p_;
   PlannerMemory& memory_;
   std::optional<Clock::time_point> deadline_;
+  std::size_t max_enumerated_half_;
   std::vector<std::uint32_t> order_;
   std::size_t break_pos_ = 0;
   std::int64_t break_weight_ = 0;
   double break_value_ = 0;
   std::vector<char> greedy_take_;
   bool integral_values_ = false;
+  double value_step_ = 1;  // with integral runtimes: their greatest common divisor
   double best_value_ = 0;
   std::uint32_t best_node_ = kGreedyIncumbent;
   std::vector<State> states_, scratch_;
@@ -457,8 +619,15 @@ class ExpandingCore {
   std::size_t gc_threshold_ = kMinGcThreshold;
   std::ptrdiff_t s_ = 0, t_ = -1;  // the core after the last complete step
   bool enumerated_ = false;
-  bool incumbent_from_enumeration_ = false;
+  std::size_t next_checkpoint_;
+  std::string incumbent_source_ = "greedy";  // where a plan outside the history tree came from
   bool proven_by_bound_ = false;
+  std::optional<CardinalityBounds> cardinality_;
+  bool cardinality_failed_ = false;
+  double cardinality_checked_value_ = -1;
+  Clock::time_point start_ = Clock::now();
+  // Seconds one cardinality bound is expected to take: about 45 LPs of ~40 ns an item at first.
+  double cardinality_cost_ = 1.8e-6 * static_cast<double>(p_.size());
   double cardinality_bound_ = std::numeric_limits<double>::infinity();
   std::vector<char> enumerated_take_;
 };
@@ -466,8 +635,17 @@ class ExpandingCore {
 }  // namespace
 
 ReducedSolution solve_exact(const ReducedProblem& p, PlannerMemory& memory,
-                            std::optional<Clock::time_point> deadline) {
-  return ExpandingCore(p, memory, deadline).run();
+                            std::optional<Clock::time_point> deadline, const ExactTuning& tuning) {
+  if (p.size() < tuning.min_bundled_items) return ExpandingCore(p, memory, deadline, tuning).run();
+  ExpandingCore::BundlingRequest request{tuning.bundle_only_if_halved, std::nullopt};
+  ReducedSolution solution = ExpandingCore(p, memory, deadline, tuning, &request).run();
+  if (!request.result) return solution;
+  const Bundling& bundled = *request.result;
+  solution = ExpandingCore(bundled.problem, memory, deadline, tuning).run();
+  solution.take = unbundle(bundled, solution.take, p.size());
+  solution.path = "duplicates_bundled+" + solution.path;
+  memory.release(bundled.bytes);
+  return solution;
 }
 
 }  // namespace remat::detail

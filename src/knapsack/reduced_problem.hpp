@@ -69,6 +69,38 @@ struct ReducedSolution {
 double cardinality_bound(const ReducedProblem& p, double incumbent, bool integral,
                          PlannerMemory& memory);
 
+struct ShiftedItem {
+  double efficiency, value;
+  std::int64_t weight;
+};
+
+// The same bound for a search whose incumbent improves: the incumbent-free parts are computed
+// once, and a bound is recomputed only when the incumbent changes k_min. Holds its O(n) memory
+// against `memory` from construction (throws PlannerMemoryError) to destruction.
+class CardinalityBounds {
+ public:
+  CardinalityBounds(const ReducedProblem& p, bool integral, PlannerMemory& memory);
+  ~CardinalityBounds();
+  CardinalityBounds(const CardinalityBounds&) = delete;
+  CardinalityBounds& operator=(const CardinalityBounds&) = delete;
+  // +infinity (no bound) when the deadline passes first.
+  double bound(double incumbent, std::optional<Clock::time_point> deadline = std::nullopt);
+  // Every plan that beats `incumbent` saves at least this many items.
+  std::size_t min_items(double incumbent) const;
+
+ private:
+  const ReducedProblem& p_;
+  bool integral_;
+  PlannerMemory& memory_;
+  std::size_t bytes_ = 0;
+  std::size_t k_max_ = 0;
+  std::vector<double> values_;    // runtimes, largest first
+  std::vector<double> top_sums_;  // top_sums_[k]: the k + 1 largest runtimes together
+  std::vector<ShiftedItem> scratch_;
+  std::size_t cached_k_min_ = static_cast<std::size_t>(-1);
+  double cached_bound_ = 0;
+};
+
 // The best set of flips of the break solution within the 2h items nearest the break item (see
 // core_enumeration.cpp).
 struct CoreEnumeration {
@@ -85,8 +117,40 @@ std::optional<CoreEnumeration> enumerate_core(const ReducedProblem& p,
                                               std::size_t break_pos, std::int64_t room,
                                               std::size_t half_items, PlannerMemory& memory);
 
+// Identical items bundled by binary splitting (see duplicate_bundles.cpp). Bundle k stands for
+// bundle_count[k] copies of group bundle_group[k]; a group's items are
+// members[group_start[g] .. group_start[g + 1]), lowest index first. problem.original_index holds
+// a representative reduced item, not a problem item.
+struct Bundling {
+  ReducedProblem problem;
+  std::vector<std::uint32_t> bundle_group;
+  std::vector<std::size_t> bundle_count;
+  std::vector<std::size_t> group_start;
+  std::vector<std::uint32_t> members;
+  std::size_t bytes = 0;  // reserved against the planner-memory cap; the caller releases them
+};
+
+// nullopt (nothing reserved) when bundling would not at least halve the number of items and
+// `only_if_halved`.
+std::optional<Bundling> bundle_duplicates(const ReducedProblem& p, PlannerMemory& memory,
+                                          bool only_if_halved = true);
+// A plan of the bundled problem as a plan of the reduced one with `items` items.
+std::vector<char> unbundle(const Bundling& b, const std::vector<char>& bundle_take,
+                           std::size_t items);
+
+// Thresholds of the exact solver, fixed in production; tests lower them to reach every path on
+// instances small enough for brute force.
+struct ExactTuning {
+  std::size_t first_checkpoint = std::size_t{1} << 13;  // states before enumeration and pairing
+  std::size_t min_bundled_items = 64;                   // smaller instances are never bundled
+  bool bundle_only_if_halved = true;
+  std::size_t max_enumerated_half = 20;  // core enumeration: 2^half sums a half
+  bool shift = true;                     // the cardinality-shifted second search
+};
+
 ReducedSolution solve_exact(const ReducedProblem& p, PlannerMemory& memory,
-                            std::optional<Clock::time_point> deadline);
+                            std::optional<Clock::time_point> deadline,
+                            const ExactTuning& tuning = {});
 ReducedSolution solve_sliding_hirschberg(const ReducedProblem& p, PlannerMemory& memory);
 ReducedSolution solve_full_table_dp(const ReducedProblem& p, PlannerMemory& memory);
 ReducedSolution solve_greedy(const ReducedProblem& p, PlannerMemory& memory);

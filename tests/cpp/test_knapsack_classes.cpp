@@ -1,0 +1,171 @@
+// The exact solver's paths on Pisinger's classes against brute force: state pairing, the
+// cardinality bound re-tried for each incumbent, and bundled duplicates. Production thresholds
+// keep these paths for large instances; here they are lowered (ExactTuning) so that each path
+// runs on instances small enough for brute force. Also: the time limit on a hard large instance.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+
+#include "knapsack/reduced_problem.hpp"
+#include "remat/generate.hpp"
+#include "test_support.hpp"
+
+namespace remat {
+namespace {
+
+using testing::brute_force_value;
+using testing::tolerance;
+
+const char* const kClasses[] = {"uncorrelated",
+                                "weakly_correlated",
+                                "strongly_correlated",
+                                "inverse_strongly_correlated",
+                                "almost_strongly_correlated",
+                                "subset_sum",
+                                "spanner",
+                                "profit_ceiling",
+                                "circle"};
+
+// Solves with the given thresholds and checks the plan against brute force; returns the path.
+std::string expect_exact(const KnapsackProblem& p, const detail::ExactTuning& tuning,
+                         const std::string& what) {
+  const detail::ReducedProblem reduced = detail::reduce(p);
+  double forced = 0;
+  for (std::size_t i : reduced.forced_saved) forced += p.value[i];
+  const double optimum = brute_force_value(p) - forced;
+  if (reduced.size() == 0) return "";
+  std::int64_t total = 0;
+  for (std::int64_t w : reduced.weight) total += w;
+  if (total <= reduced.capacity) return "";  // solve() settles this before the solver
+  detail::PlannerMemory memory(std::size_t{1} << 30, "exact");
+  const detail::ReducedSolution s = detail::solve_exact(reduced, memory, std::nullopt, tuning);
+  EXPECT_EQ(s.status, SolveStatus::kOptimal) << what;
+  EXPECT_EQ(s.take.size(), reduced.size()) << what;
+  std::int64_t w = 0;
+  double v = 0;
+  for (std::size_t k = 0; k < reduced.size(); ++k) {
+    if (!s.take[k]) continue;
+    w += reduced.weight[k];
+    v += reduced.value[k];
+  }
+  EXPECT_LE(w, reduced.capacity) << what << " " << s.path;
+  EXPECT_NEAR(v, optimum, tolerance(optimum)) << what << " " << s.path;
+  return s.path;
+}
+
+TEST(Classes, EveryPathEqualsBruteForceOnEachClass) {
+  std::set<std::string> paths;
+  for (const char* family : kClasses) {
+    for (std::uint64_t seed = 1; seed <= 12; ++seed) {
+      GenerateOptions o;
+      o.family = family;
+      o.n = 8 + seed % 11;
+      o.seed = seed;
+      o.range = seed % 3 == 0 ? 20 : (seed % 3 == 1 ? 1000 : 100000);
+      o.capacity_ratio = seed % 4 == 0 ? 0.3 : 0.5;
+      const KnapsackProblem p = quantize(generate(o).input);
+      for (std::size_t checkpoint : {1, 3, 8192}) {
+        for (std::size_t bundled : {1, 64}) {
+          detail::ExactTuning tuning;
+          tuning.first_checkpoint = checkpoint;
+          tuning.min_bundled_items = bundled;
+          tuning.bundle_only_if_halved = bundled > 1;
+          tuning.max_enumerated_half = checkpoint == 1 ? 2 : 20;
+          paths.insert(expect_exact(p, tuning,
+                                    std::string(family) + " seed " + std::to_string(seed) +
+                                        " checkpoint " + std::to_string(checkpoint)));
+        }
+      }
+    }
+  }
+  auto ran = [&](const std::string& part) {
+    for (const std::string& path : paths) {
+      if (path.find(part) != std::string::npos) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(ran("state_pairing"));
+  EXPECT_TRUE(ran("cardinality_bound"));
+  EXPECT_TRUE(ran("duplicates_bundled"));
+  EXPECT_TRUE(ran("core_enumeration"));
+  EXPECT_TRUE(ran("meet_in_the_middle"));
+}
+
+// Few distinct items, ties, zero weights and non-positive runtimes: bundles of every size.
+TEST(Classes, BundledDuplicatesEqualBruteForce) {
+  std::mt19937_64 rng(41);
+  int bundled = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const std::size_t n = 6 + static_cast<std::size_t>(trial % 13);
+    const KnapsackProblem p = testing::random_small(rng, n, 1 + trial % 4);
+    for (std::size_t checkpoint : {1, 8192}) {
+      detail::ExactTuning tuning;
+      tuning.first_checkpoint = checkpoint;
+      tuning.min_bundled_items = 1;
+      tuning.bundle_only_if_halved = false;
+      tuning.max_enumerated_half = 2;
+      const std::string path = expect_exact(p, tuning, "trial " + std::to_string(trial));
+      bundled += path.rfind("duplicates_bundled", 0) == 0;
+    }
+  }
+  EXPECT_GT(bundled, 10);
+}
+
+TEST(Classes, BundlesRepresentEveryCount) {
+  // 13 copies: bundles 1, 2, 4, 6; with a budget of 9 copies the 8-weight bundle is not needed.
+  detail::ReducedProblem p;
+  for (int i = 0; i < 13; ++i) {
+    p.original_index.push_back(static_cast<std::size_t>(i));
+    p.weight.push_back(3);
+    p.value.push_back(5);
+  }
+  p.capacity = 27;
+  detail::PlannerMemory memory(std::size_t{1} << 20, "exact");
+  const auto b = detail::bundle_duplicates(p, memory);
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->problem.size(), 4u);
+  for (std::size_t count = 0; count <= 13; ++count) {
+    // some set of bundles saves exactly `count` copies
+    bool found = false;
+    for (unsigned mask = 0; mask < 16 && !found; ++mask) {
+      std::size_t c = 0;
+      for (std::size_t k = 0; k < 4; ++k) c += (mask >> k & 1) ? b->bundle_count[k] : 0;
+      found = c == count;
+    }
+    EXPECT_TRUE(found) << count;
+  }
+  const std::vector<char> take = detail::unbundle(*b, {1, 0, 1, 0}, 13);
+  EXPECT_EQ(std::count(take.begin(), take.end(), 1), 5);
+  EXPECT_EQ(take[0], 1);  // lowest indices first
+  EXPECT_EQ(take[12], 0);
+  memory.release(b->bytes);
+}
+
+// A class the solver cannot prove at this size within the limit: it stops in time with its best
+// plan and a valid bound.
+TEST(Classes, TimeLimitHonouredOnAHardLargeInstance) {
+  GenerateOptions o;
+  o.family = "circle";
+  o.n = 100000;
+  o.seed = 1;
+  o.range = 10000000;
+  const KnapsackProblem p = quantize(generate(o).input);
+  for (double limit : {0.1, 0.4}) {
+    SolveOptions options;
+    options.solver = Solver::kExact;
+    options.time_limit_seconds = limit;
+    options.max_planner_bytes = std::size_t{1} << 30;
+    // On a shared machine the scheduler alone can hold a thread past the limit: an overshoot
+    // counts when a second run repeats it.
+    KnapsackResult r = solve(p, options);
+    const double allowed = std::max(1.1 * limit, limit + 0.05);
+    if (r.seconds > allowed) r = solve(p, options);
+    testing::expect_consistent_plan(p, r);
+    EXPECT_LE(r.seconds, allowed) << r.path;
+    EXPECT_TRUE(r.status == SolveStatus::kTimeLimit || r.status == SolveStatus::kOptimal);
+  }
+}
+
+}  // namespace
+}  // namespace remat
