@@ -25,28 +25,32 @@
 // entries, for the segments no longer than L with W(s, t) <= C + delta. Conversely every
 // ancestor of a bad state is bad, so a derivation that uses a bad state uses a bad first-pass
 // segment. Two facts, both by induction on the recurrence, bound the recurrence from below:
-//   (a) R(s, t, m) >= T(s+1..t-1) + T(s+1..j-1) for the split j (every layer of both parts runs
-//       again at least once). This prunes the split search exactly: the best value so far does
-//       not grow with m and the bound grows with j, so split j only needs the m whose best is
-//       still at least its bound (a prefix), and the search stops at the first j with none.
+//   (a) the value of R(s, t, m) through split j is at least T(s+1..t-1) + T(s+1..j-1) (every
+//       layer of both parts runs again at least once). This prunes the split search exactly: the
+//       best value so far does not grow with m and the bound grows with j, so split j only needs
+//       the m whose best is still at least its bound (a prefix), and the search stops at the first
+//       j with none.
 //   (b) R(s, t, m) >= 2 T(s+1..t-1) - K(s, t, m - w_s), K the 0/1 knapsack of the times of
 //       layers s+1..t-1 within m - w_s units (the left part runs twice; the right part's once-run
 //       layers and a_j fit beside a_s).
-// F is computed twice: on good segments only (G, the candidate, with the same arithmetic as the
-// full program) and as a lower bound B over derivations with at least one bad segment (bad
-// segments priced by (b), good ones exactly). If B(0, C) > G(0, C) by a relative 1e-9 (far above
-// rounding), no bad derivation is optimal or tied, so G(0, C) is the full program's value to the
-// last bit and its first minimizers, hence the plan, are the full program's too. Otherwise delta
-// and L double; at delta >= W(0, n + 1) and L = n every state is good: the full program.
+// F is computed three times in one pass: on good segments only (G, the candidate, with the same
+// arithmetic as the full program), and as lower bounds B_W and B_L over the derivations with at
+// least one too-heavy (W(s, t) > m + delta) and at least one too-long (t - s > L) first-pass
+// segment, bad segments priced by (b) and good ones exactly. If B_W(0, C) and B_L(0, C) both
+// exceed G(0, C) by a relative 1e-9 (far above rounding), no bad derivation is optimal or tied,
+// so G(0, C) is the full program's value to the last bit and its first minimizers, hence the
+// plan, are the full program's too. Otherwise delta doubles if B_W failed and L if B_L did; at
+// delta >= W(0, n + 1) and L = n every state is good: the full program, which small problems
+// (n^3 C / 6 <= 2e7) run at once.
 //
 // Time: the full program is O(n^3 C / 6). The band has at most n L segments of at most delta + 1
 // entries each, minimized over the splits that (a) leaves: O(n L^2 delta) at worst, far less in
 // practice (the first band, delta = C / 4 + max w and L = 64, is enough unless the budget is
-// within a few times the largest layer pair; then the band widens, up to the full program). Each
-// try also takes O(n^2 C / 2) for the two F passes and knapsacks. Memory: the band's rows and
-// offsets, 2 n (C + 1) doubles for F and 2 (C + 1) for the knapsack, accounted before the
-// allocation. Segments are filled by end point, then start point downwards, so the right parts
-// of a segment were filled just before it. The plan is rebuilt by re-evaluating the
+// within a few times the largest pair of adjacent sizes; then the band widens, up to the full
+// program). Each band also takes O(n^2 C) for the F passes and knapsacks. Memory: the band's
+// rows and offsets, 3 n (C + 1) doubles for F and 2 (C + 1) for the knapsack, accounted before
+// the allocation. Segments are filled by end point, then start point downwards, so the right
+// parts of a segment were filled just before it. The plan is rebuilt by re-evaluating the
 // minimizations, never stored. The full program is kept as plan_profile_reference
 // (profile_reference.cpp) for the tests and the benchmark.
 #include <algorithm>
@@ -70,6 +74,8 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kMargin = 1e-9;
 // The longest segment of the first band, in layers.
 constexpr std::int64_t kFirstMaxLength = 64;
+// Up to this much work (n^3 C / 6 steps) the full program runs at once, with no band to certify.
+constexpr double kSmallWork = 2e7;
 
 class BandProgram {
  public:
@@ -101,7 +107,7 @@ class BandProgram {
     return std::max<std::int64_t>(
         1, capacity_ / 4 + *std::max_element(weight_.begin(), weight_.end()));
   }
-  // Past this every state is good.
+  // From this up no segment is too heavy.
   std::int64_t full_delta() const { return std::max<std::int64_t>(weight_prefix_.back(), 1); }
 
   // Lays out the band for `delta` and returns the bytes it needs (nothing is allocated).
@@ -130,11 +136,15 @@ class BandProgram {
     row_offset_.push_back(entries);
     entries_ = entries;
     return entries * sizeof(double) + pairs * sizeof(std::size_t) +
-           (2 * static_cast<std::size_t>(n_) + 1) * row_size() * sizeof(double);
+           (3 * static_cast<std::size_t>(n_) + 2) * row_size() * sizeof(double);
   }
 
-  // Fills the band and both F passes; true when the certificate holds.
-  bool solve() {
+  struct Verdict {
+    bool heavy_ok, long_ok;  // no W-bad (L-bad) derivation is optimal or tied
+  };
+
+  // Fills the band and the F passes, and checks the certificate for both kinds of bad segment.
+  Verdict solve() {
     values_.assign(entries_, kInf);
     // By end point, then start point downwards: the right parts (j, t) of a segment were filled
     // just before it and are still in cache; its left parts (s, j) lie together.
@@ -145,9 +155,11 @@ class BandProgram {
     }
     fill_f();
     const double good = g(0)[static_cast<std::size_t>(capacity_)];
-    const double bad = b(0)[static_cast<std::size_t>(capacity_)];
-    if (bad == kInf) return true;
-    return good < kInf && bad * (1 - kMargin) > good * (1 + kMargin);
+    const auto beaten = [&](double bad) {
+      return bad == kInf || (good < kInf && bad * (1 - kMargin) > good * (1 + kMargin));
+    };
+    return {beaten(bw(0)[static_cast<std::size_t>(capacity_)]),
+            beaten(bl(0)[static_cast<std::size_t>(capacity_)])};
   }
 
   double best() const { return g(0)[static_cast<std::size_t>(capacity_)]; }
@@ -227,9 +239,17 @@ class BandProgram {
   const double* g(std::int64_t s) const {
     return f_.data() + static_cast<std::size_t>(s) * row_size();
   }
-  double* b(std::int64_t s) { return f_.data() + (static_cast<std::size_t>(n_ + s)) * row_size(); }
-  const double* b(std::int64_t s) const {
-    return f_.data() + (static_cast<std::size_t>(n_ + s)) * row_size();
+  // The lower bounds over derivations with a W-bad (too heavy) and with an L-bad (too long)
+  // first-pass segment.
+  double* bw(std::int64_t s) { return f_.data() + static_cast<std::size_t>(n_ + s) * row_size(); }
+  const double* bw(std::int64_t s) const {
+    return f_.data() + static_cast<std::size_t>(n_ + s) * row_size();
+  }
+  double* bl(std::int64_t s) {
+    return f_.data() + static_cast<std::size_t>(2 * n_ + s) * row_size();
+  }
+  const double* bl(std::int64_t s) const {
+    return f_.data() + static_cast<std::size_t>(2 * n_ + s) * row_size();
   }
 
   void fill_r(std::int64_t s, std::int64_t t) {
@@ -290,51 +310,72 @@ class BandProgram {
   // derivation with a bad segment, pricing bad segments by (b).
   void fill_f() {
     const std::size_t size = row_size();
-    f_.assign(2 * static_cast<std::size_t>(n_) * size, kInf);
+    f_.assign(3 * static_cast<std::size_t>(n_) * size, kInf);
+    const bool any_bad = delta_ < full_delta() || max_length_ < n_;
     std::vector<double> knap(size), next(size);
     for (std::int64_t s = n_ - 1; s >= 0; --s) {
       double* grow = g(s);
-      double* brow = b(s);
+      double* wrow = bw(s);
+      double* lrow = bl(s);
       const std::int64_t ws = w(s);
       std::fill(knap.begin(), knap.end(), 0.0);
       std::int64_t need = ws;
       for (std::int64_t j = s + 1; j <= n_; ++j) {
         if (j < n_) need = std::max(need, ws + w(j));
         if (need > capacity_) break;
-        if (j - 1 > s) add_item(knap, next, w(j - 1), times_[static_cast<std::size_t>(j - 1)]);
-        // Good from `split` up: exact. Below it, bad: bound (b).
-        const std::int64_t split =
-            j <= last(s) ? std::max(need, total(s, j) - delta_) : capacity_ + 1;
+        if (any_bad && j - 1 > s) {
+          add_item(knap, next, w(j - 1), times_[static_cast<std::size_t>(j - 1)]);
+        }
+        // Below `split` the segment is too heavy (W-bad); from it up, good, or too long (L-bad)
+        // past last(s).
+        const std::int64_t split = std::max(need, total(s, j) - delta_);
+        const std::int64_t heavy_end = std::min(split, capacity_ + 1);
+        const bool long_segment = j > last(s);
         const double inside = time(s + 1, j - 1);
-        const std::int64_t bad_end = std::min(split, capacity_ + 1);
         // (b): a bad segment's layers run twice, except a knapsack of them beside a_s.
         const auto bound = [&](std::int64_t m) {
           return 2 * inside - knap[static_cast<std::size_t>(m - ws)];
         };
         if (j == n_) {
-          for (std::int64_t m = need; m < bad_end; ++m) brow[m] = std::min(brow[m], bound(m));
-          for (std::int64_t m = split; m <= capacity_; ++m)
-            grow[m] = std::min(grow[m], r_at(s, j, m));
+          for (std::int64_t m = need; m < heavy_end; ++m) wrow[m] = std::min(wrow[m], bound(m));
+          if (long_segment) {
+            for (std::int64_t m = split; m <= capacity_; ++m) lrow[m] = std::min(lrow[m], bound(m));
+          } else {
+            for (std::int64_t m = split; m <= capacity_; ++m)
+              grow[m] = std::min(grow[m], r_at(s, j, m));
+          }
           continue;
         }
         const double* grest = g(j) - ws;
-        const double* brest = b(j) - ws;
-        for (std::int64_t m = need; m < bad_end; ++m) {
-          const double rest = std::min(grest[m], brest[m]);
-          brow[m] = std::min(brow[m], rest + bound(m));
+        const double* wrest = bw(j) - ws;
+        const double* lrest = bl(j) - ws;
+        for (std::int64_t m = need; m < heavy_end; ++m) {
+          const double price = bound(m);
+          const double rest = std::min({grest[m], wrest[m], lrest[m]});
+          wrow[m] = std::min(wrow[m], rest + price);
+          lrow[m] = std::min(lrow[m], lrest[m] + price);
         }
-        if (split <= capacity_) {
+        if (long_segment) {
+          for (std::int64_t m = split; m <= capacity_; ++m) {
+            const double price = bound(m);
+            const double rest = std::min({grest[m], wrest[m], lrest[m]});
+            lrow[m] = std::min(lrow[m], rest + price);
+            wrow[m] = std::min(wrow[m], wrest[m] + price);
+          }
+        } else if (split <= capacity_) {
           const double* segment = r(s, j) - lo(s, j);
           const std::int64_t seg_end = std::min(capacity_, top(s, j)) + 1;
           std::int64_t m = split;
           for (; m < seg_end; ++m) {
             grow[m] = std::min(grow[m], grest[m] + segment[m]);
-            brow[m] = std::min(brow[m], brest[m] + segment[m]);
+            wrow[m] = std::min(wrow[m], wrest[m] + segment[m]);
+            lrow[m] = std::min(lrow[m], lrest[m] + segment[m]);
           }
           const double flat = segment[seg_end - 1];
           for (; m <= capacity_; ++m) {
             grow[m] = std::min(grow[m], grest[m] + flat);
-            brow[m] = std::min(brow[m], brest[m] + flat);
+            wrow[m] = std::min(wrow[m], wrest[m] + flat);
+            lrow[m] = std::min(lrow[m], lrest[m] + flat);
           }
         }
       }
@@ -398,12 +439,19 @@ ProfilePlan plan_profile(const ChainProfile& profile, std::int64_t budget_bytes,
   if (budget_bytes < 0) throw InputError("budget", std::nullopt, "must be >= 0");
   if (slots < 1) throw InputError("slots", std::nullopt, "must be at least 1");
   BandProgram program(profile, budget_bytes, slots);
-  // The band grows (delta and the longest segment both double) until the certificate holds; at
-  // its widest every state is good and the program is the full one.
+  // The band grows (delta or the longest segment doubles, as the certificate asks) until the
+  // certificate holds; at its widest every state is good and the program is the full one.
   const std::int64_t full = program.full_delta();
   std::int64_t delta = std::min(program.first_delta(), full);
   std::int64_t max_length = std::min<std::int64_t>(kFirstMaxLength, profile.layers());
+  const double layers = static_cast<double>(profile.layers());
+  if (layers * layers * layers * static_cast<double>(program.capacity()) / 6 <= kSmallWork) {
+    delta = full;  // small enough for the full program in one go
+    max_length = profile.layers();
+  }
+  std::int64_t bands = 0;
   while (true) {
+    ++bands;
     const std::size_t bytes = program.layout(delta, max_length);
     if (bytes > max_planner_bytes) {
       throw PlannerMemoryError(
@@ -412,10 +460,10 @@ ProfilePlan plan_profile(const ChainProfile& profile, std::int64_t budget_bytes,
           " memory units, over the cap of " + text::integer(max_planner_bytes) +
           "; lower {slots} (or raise {max_planner_bytes})");
     }
-    const bool certified = program.solve();
-    if (certified || (delta >= full && max_length >= profile.layers())) break;
-    delta = std::min(2 * delta, full);
-    max_length = std::min(2 * max_length, profile.layers());
+    const auto verdict = program.solve();
+    if (verdict.heavy_ok && verdict.long_ok) break;
+    if (!verdict.heavy_ok) delta = std::min(2 * delta, full);
+    if (!verdict.long_ok) max_length = std::min(2 * max_length, profile.layers());
   }
   if (!(program.best() < kInf)) {
     // F(0, m) only falls as m grows, so nothing fits in fewer units either.
@@ -446,6 +494,7 @@ ProfilePlan plan_profile(const ChainProfile& profile, std::int64_t budget_bytes,
   plan.divisor_bytes = program.divisor();
   plan.exact = program.exact();
   plan.predicted_recompute_time = program.best();
+  plan.bands = bands;
   return plan;
 }
 

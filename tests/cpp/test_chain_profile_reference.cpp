@@ -37,6 +37,9 @@ Outcome run(Planner planner, const ChainProfile& p, std::int64_t budget, std::in
   return out;
 }
 
+// How many comparisons certified their first band, and how many had to widen it.
+int first_band = 0, widened = 0;
+
 void expect_same(const ChainProfile& p, std::int64_t budget, std::int64_t slots,
                  const std::string& where) {
   const Outcome band = run(plan_profile, p, budget, slots);
@@ -46,6 +49,8 @@ void expect_same(const ChainProfile& p, std::int64_t budget, std::int64_t slots,
     EXPECT_EQ(band.error, full.error) << where;
     return;
   }
+  (band.plan.bands == 1 ? first_band : widened) += 1;
+  EXPECT_GE(band.plan.bands, 1) << where;
   // Bit for bit, not approximately.
   EXPECT_EQ(band.plan.predicted_recompute_time, full.plan.predicted_recompute_time) << where;
   EXPECT_EQ(band.actions, full.actions) << where;
@@ -122,6 +127,26 @@ TEST(ProfilePlannerReference, SameObjectiveAndPlanOnRandomProfiles) {
     ++compared;
   }
   EXPECT_EQ(compared, 240);
+}
+
+// Long enough for the band (n^3 C / 6 above 2e7), with budgets from tight to loose: some
+// certify the first band and some widen it.
+TEST(ProfilePlannerReference, SameWhetherTheFirstBandHoldsOrWidens) {
+  std::mt19937_64 rng(2016);
+  first_band = widened = 0;
+  for (int trial = 0; trial < 16; ++trial) {
+    const std::int64_t n = 90 + 5 * trial;
+    const ChainProfile p = random_profile(rng, n, 1 + trial % 3);
+    const std::int64_t total = total_bytes(p);
+    for (const double fraction : {0.015, 0.05, 0.2}) {
+      const auto budget = static_cast<std::int64_t>(static_cast<double>(total) * fraction);
+      expect_same(p, budget, 476,
+                  "trial " + std::to_string(trial) + " n " + std::to_string(n) + " fraction " +
+                      std::to_string(fraction));
+    }
+  }
+  EXPECT_GT(first_band, 0);
+  EXPECT_GT(widened, 0);
 }
 
 TEST(ProfilePlannerReference, SameOnLongerChainsAtManySlots) {
