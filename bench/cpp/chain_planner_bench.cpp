@@ -5,7 +5,8 @@
 //
 // Prints one JSON object per repeat: wall and user CPU seconds of the planning call, the
 // objective to the last bit (%.17g), the simulated recompute time and peak bytes, and a hash of
-// the action list (equal hashes: the same plan).
+// the action list (equal hashes: the same plan), and the bands the planner filled (0 for the
+// reference).
 #include <sys/resource.h>
 
 #include <chrono>
@@ -63,11 +64,11 @@ int main(int argc, char** argv) {
     std::printf(
         "{\"planner\": \"%s\", \"layers\": %lld, \"slots\": %lld, \"wall_s\": %.4f, \"user_s\": "
         "%.4f, \"objective\": \"%.17g\", \"recompute_time\": %.17g, \"memory_bytes\": %lld, "
-        "\"plan_hash\": \"%016llx\"}\n",
+        "\"plan_hash\": \"%016llx\", \"bands\": %lld}\n",
         planner.c_str(), static_cast<long long>(profile.layers()),
         static_cast<long long>(plan.slots), wall, user, plan.predicted_recompute_time,
         plan.simulation.recompute_time, static_cast<long long>(plan.simulation.memory_bytes),
-        static_cast<unsigned long long>(hash));
+        static_cast<unsigned long long>(hash), static_cast<long long>(plan.bands));
     std::fflush(stdout);
   }
   return 0;

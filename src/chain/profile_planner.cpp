@@ -70,7 +70,9 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 // A split or a bad derivation is set aside only when its lower bound exceeds the value it must
-// beat by this relative margin: floating-point sums of these magnitudes err by far less.
+// beat by this relative margin plus this fraction of the chain's total time: floating-point
+// sums of these magnitudes (times as prefix-sum differences, at most n per value) err by far
+// less.
 constexpr double kMargin = 1e-9;
 // The longest segment of the first band, in layers.
 constexpr std::int64_t kFirstMaxLength = 64;
@@ -156,7 +158,8 @@ class BandProgram {
     fill_f();
     const double good = g(0)[static_cast<std::size_t>(capacity_)];
     const auto beaten = [&](double bad) {
-      return bad == kInf || (good < kInf && bad * (1 - kMargin) > good * (1 + kMargin));
+      return bad == kInf ||
+             (good < kInf && bad * (1 - kMargin) > good * (1 + kMargin) + 2 * slack());
     };
     return {beaten(bw(0)[static_cast<std::size_t>(capacity_)]),
             beaten(bl(0)[static_cast<std::size_t>(capacity_)])};
@@ -211,6 +214,7 @@ class BandProgram {
            time_prefix_[static_cast<std::size_t>(first - 1)];
   }
   std::int64_t last(std::int64_t s) const { return last_[static_cast<std::size_t>(s)]; }
+  double slack() const { return kMargin * time_prefix_.back(); }
   // The stored entries of (s, t): m in [lo, top]; above top the row is flat.
   std::int64_t lo(std::int64_t s, std::int64_t t) const {
     return std::max(w(s), total(s, t) - delta_);
@@ -269,7 +273,7 @@ class BandProgram {
       const std::int64_t first = std::max(row_lo, need);
       // (a): every m whose best so far is below the floor of this split, and of every later
       // split, is settled. The best is non-increasing in m, so those m form a suffix.
-      const double bound = (floor + time(s + 1, j - 1)) * (1 - kMargin);
+      const double bound = (floor + time(s + 1, j - 1)) * (1 - kMargin) - slack();
       if (row[first] < bound) break;
       std::int64_t low = first, high = row_top + 1;  // row[low] >= bound; find the first below
       while (high - low > 1) {
