@@ -112,13 +112,13 @@ class BandProgram {
   // From this up no segment is too heavy.
   std::int64_t full_delta() const { return std::max<std::int64_t>(weight_prefix_.back(), 1); }
 
-  // Lays out the band for `delta` and returns the bytes it needs (nothing is allocated).
+  // Lays out the band for `delta` and `max_length` and returns the bytes it needs; nothing of
+  // size beyond O(n) is allocated before solve().
   std::size_t layout(std::int64_t delta, std::int64_t max_length) {
     delta_ = delta;
     max_length_ = std::max<std::int64_t>(1, max_length);
     last_.assign(static_cast<std::size_t>(n_), 0);
     pair_base_.assign(static_cast<std::size_t>(n_) + 1, 0);
-    row_offset_.clear();
     std::size_t pairs = 0, entries = 0;
     std::int64_t t = 1;
     for (std::int64_t s = 0; s < n_; ++s) {
@@ -128,16 +128,13 @@ class BandProgram {
       // (s, s+1) is kept even when bad everywhere: its row is then empty.
       last_[static_cast<std::size_t>(s)] = t;
       pair_base_[static_cast<std::size_t>(s)] = pairs;
-      for (std::int64_t u = s + 1; u <= t; ++u) {
-        row_offset_.push_back(entries);
-        entries += static_cast<std::size_t>(std::max<std::int64_t>(0, top(s, u) - lo(s, u) + 1));
-      }
+      for (std::int64_t u = s + 1; u <= t; ++u) entries += row_length(s, u);
       pairs += static_cast<std::size_t>(t - s);
     }
     pair_base_[static_cast<std::size_t>(n_)] = pairs;
-    row_offset_.push_back(entries);
+    pairs_ = pairs;
     entries_ = entries;
-    return entries * sizeof(double) + pairs * sizeof(std::size_t) +
+    return entries * sizeof(double) + (pairs + 1) * sizeof(std::size_t) +
            (3 * static_cast<std::size_t>(n_) + 2) * row_size() * sizeof(double);
   }
 
@@ -147,6 +144,16 @@ class BandProgram {
 
   // Fills the band and the F passes, and checks the certificate for both kinds of bad segment.
   Verdict solve() {
+    row_offset_.clear();
+    row_offset_.reserve(pairs_ + 1);
+    std::size_t entries = 0;
+    for (std::int64_t s = 0; s < n_; ++s) {
+      for (std::int64_t u = s + 1; u <= last(s); ++u) {
+        row_offset_.push_back(entries);
+        entries += row_length(s, u);
+      }
+    }
+    row_offset_.push_back(entries);
     values_.assign(entries_, kInf);
     // By end point, then start point downwards: the right parts (j, t) of a segment were filled
     // just before it and are still in cache; its left parts (s, j) lie together.
@@ -221,6 +228,9 @@ class BandProgram {
   }
   std::int64_t top(std::int64_t s, std::int64_t t) const {
     return std::min(capacity_, total(s, t));
+  }
+  std::size_t row_length(std::int64_t s, std::int64_t t) const {
+    return static_cast<std::size_t>(std::max<std::int64_t>(0, top(s, t) - lo(s, t) + 1));
   }
   bool good(std::int64_t s, std::int64_t t, std::int64_t m) const {
     return t <= last(s) && total(s, t) - delta_ <= m;
@@ -431,7 +441,7 @@ class BandProgram {
   std::vector<double> time_prefix_, times_;
   std::vector<std::int64_t> last_;  // per s: the last t with W(s, t) <= C + delta (at least s+1)
   std::vector<std::size_t> pair_base_, row_offset_;
-  std::size_t entries_ = 0;
+  std::size_t pairs_ = 0, entries_ = 0;
   std::vector<double> values_, f_;
 };
 
@@ -466,7 +476,7 @@ ProfilePlan plan_profile(const ChainProfile& profile, std::int64_t budget_bytes,
     }
     const auto verdict = program.solve();
     if (verdict.heavy_ok && verdict.long_ok) break;
-    if (!verdict.heavy_ok) delta = std::min(2 * delta, full);
+    if (!verdict.heavy_ok) delta = delta > full / 2 ? full : 2 * delta;
     if (!verdict.long_ok) max_length = std::min(2 * max_length, profile.layers());
   }
   if (!(program.best() < kInf)) {
