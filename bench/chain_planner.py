@@ -89,7 +89,7 @@ def main():
                     help="the reference takes minutes at 1000 layers and 476 slots")
     ap.add_argument("--fraction", type=float, default=0.1,
                     help="budget as a fraction of the total activation bytes")
-    ap.add_argument("--sweep", default="0.02,0.03,0.05,0.1,0.2,0.3,0.5",
+    ap.add_argument("--sweep", default="0.02,0.025,0.03,0.05,0.1,0.2,0.3,0.5",
                     help="fractions for the 1000 x 476 budget sweep (planner only)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-write", action="store_true")

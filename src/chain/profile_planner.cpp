@@ -39,7 +39,8 @@
 // segment, bad segments priced by (b) and good ones exactly. If B_W(0, C) and B_L(0, C) both
 // exceed G(0, C) by a relative 1e-9 (far above rounding), no bad derivation is optimal or tied,
 // so G(0, C) is the full program's value to the last bit and its first minimizers, hence the
-// plan, are the full program's too. Otherwise delta doubles if B_W failed and L if B_L did; at
+// plan, are the full program's too. Otherwise delta doubles (grows eightfold if G(0, C) is
+// infinite) if B_W failed, and L doubles if B_L did; at
 // delta >= W(0, n + 1) and L = n every state is good: the full program, which small problems
 // (n^3 C / 6 <= 2e7) run at once.
 //
@@ -476,7 +477,9 @@ ProfilePlan plan_profile(const ChainProfile& profile, std::int64_t budget_bytes,
     }
     const auto verdict = program.solve();
     if (verdict.heavy_ok && verdict.long_ok) break;
-    if (!verdict.heavy_ok) delta = delta > full / 2 ? full : 2 * delta;
+    // No schedule at all inside the band: the budget is tight, and delta grows faster.
+    const std::int64_t factor = program.best() < kInf ? 2 : 8;
+    if (!verdict.heavy_ok) delta = delta > full / factor ? full : factor * delta;
     if (!verdict.long_ok) max_length = std::min(2 * max_length, profile.layers());
   }
   if (!(program.best() < kInf)) {
