@@ -177,7 +177,6 @@ class BandProgram {
   std::int64_t unit() const { return unit_; }
   std::int64_t capacity() const { return capacity_; }
   std::int64_t divisor() const { return divisor_; }
-  std::int64_t delta() const { return delta_; }
   bool exact() const { return exact_; }
 
   void emit(const ActionSink& sink) const {
@@ -440,7 +439,7 @@ class BandProgram {
   bool exact_ = true;
   std::vector<std::int64_t> weight_, weight_prefix_;
   std::vector<double> time_prefix_, times_;
-  std::vector<std::int64_t> last_;  // per s: the last t with W(s, t) <= C + delta (at least s+1)
+  std::vector<std::int64_t> last_;  // per s: the last t <= s + L with W(s, t) <= C + delta, or s+1
   std::vector<std::size_t> pair_base_, row_offset_;
   std::size_t pairs_ = 0, entries_ = 0;
   std::vector<double> values_, f_;
@@ -454,8 +453,8 @@ ProfilePlan plan_profile(const ChainProfile& profile, std::int64_t budget_bytes,
   if (budget_bytes < 0) throw InputError("budget", std::nullopt, "must be >= 0");
   if (slots < 1) throw InputError("slots", std::nullopt, "must be at least 1");
   BandProgram program(profile, budget_bytes, slots);
-  // The band grows (delta or the longest segment doubles, as the certificate asks) until the
-  // certificate holds; at its widest every state is good and the program is the full one.
+  // The band grows (delta or the longest segment, as the certificate asks) until the certificate
+  // holds; at its widest every state is good and the program is the full one.
   const std::int64_t full = program.full_delta();
   std::int64_t delta = std::min(program.first_delta(), full);
   std::int64_t max_length = std::min<std::int64_t>(kFirstMaxLength, profile.layers());
