@@ -134,18 +134,21 @@ struct ProfilePlan {
   std::int64_t divisor_bytes = 0;  // greatest common divisor of the activation sizes (>= 1)
   bool exact = false;  // every size is a whole number of units: the plan is optimal in true bytes
   double predicted_recompute_time = 0;
+  std::int64_t bands = 0;  // bands of states the planner filled until one was certified (>= 1)
 };
 
 // The least recompute time that fits `budget_bytes`, by an exact dynamic program over
-// (segment, memory in units). The unit is floor(budget / slots) bytes, so the budget holds
-// `slots` units (a few more when the budget is under slots * (slots + 1) bytes), except when that
-// is no more than the sizes' greatest common divisor D: then the unit is D, every size is a whole
-// number of units, the plan is optimal in true bytes, and floor(budget / D) <= slots units are all
-// there is to count. Sizes are rounded up to whole units, so every plan fits the true budget; the
-// plan is optimal among schedules whose rounded sizes fit, and at least as good as the true
-// optimum for budget_bytes - n * unit_bytes.
-// Throws InputError("budget") when nothing fits, stating the least feasible budget, and
-// PlannerMemoryError when the table would exceed max_planner_bytes.
+// (segment, memory in units), filled on a band of its states that widens until a lower bound
+// certifies that no state outside it is optimal or tied (profile_planner.cpp): the objective and
+// the plan are those of the full program, bit for bit. The unit is floor(budget / slots) bytes, so
+// the budget holds `slots` units (a few more when the budget is under slots * (slots + 1) bytes),
+// except when that is no more than the sizes' greatest common divisor D: then the unit is D, every
+// size is a whole number of units, the plan is optimal in true bytes, and floor(budget / D) <=
+// slots units are all there is to count. Sizes are rounded up to whole units, so every plan fits
+// the true budget; the plan is optimal among schedules whose rounded sizes fit, and at least as
+// good as the true optimum for budget_bytes - n * unit_bytes. Throws InputError("budget") when
+// nothing fits, stating the least feasible budget, and PlannerMemoryError when the table would
+// exceed max_planner_bytes.
 ProfilePlan plan_profile(const ChainProfile& profile, std::int64_t budget_bytes, std::int64_t slots,
                          std::size_t max_planner_bytes, const ActionSink& also = nullptr);
 

@@ -1,7 +1,8 @@
 // Optimal checkpointing of a heterogeneous chain under a budget in bytes: the dynamic program of
 // rotor-style planners (Beaumont, Eyraud-Dubois, Herrmann, Joly, Shilova, "Optimal checkpointing
 // for heterogeneous chains", 2019), written for this project's model (the first pass is free,
-// a_0 counts, the working value of a forward counts, backward needs a_{i-1}).
+// a_0 counts, the working value of a forward counts, backward needs a_{i-1}), computed on a band
+// of its states with a certificate that the states outside cannot matter.
 //
 //   R(s, t, m): least recompute time to run backward t..s+1 with a_s held, m units available
 //               (a_s included), nothing of the segment held.
@@ -17,13 +18,47 @@
 // With one byte per activation and slots >= budget, u = 1 and the program is exact; it then
 // reproduces the unit model's optimum (tested).
 //
-// Time O(n^3 C / 6) for C = budget / u units (each R row is cut at the segment's total size);
-// memory n (n + 1) / 2 rows of C + 1 doubles for R plus n rows for F, accounted before the
-// allocation. The plan is rebuilt by re-evaluating the minimizations, never stored.
+// The band. Let W(s, t) = w_s + ... + w_{t-1}, what the segment needs to keep everything. Call
+// (s, t, m) good when W(s, t) <= m + delta and t - s <= L. Both children of a good state are
+// good (the left one keeps m and is shorter, the right one is shorter and loses w_s of m and at
+// least w_s of W), so R is computed exactly on the good states alone: rows of at most delta + 1
+// entries, for the segments no longer than L with W(s, t) <= C + delta. Conversely every
+// ancestor of a bad state is bad, so a derivation that uses a bad state uses a bad first-pass
+// segment. Two facts, both by induction on the recurrence, bound the recurrence from below:
+//   (a) the value of R(s, t, m) through split j is at least T(s+1..t-1) + T(s+1..j-1) (every
+//       layer of both parts runs again at least once). This prunes the split search exactly: the
+//       best value so far does not grow with m and the bound grows with j, so split j only needs
+//       the m whose best is still at least its bound (a prefix), and the search stops at the first
+//       j with none.
+//   (b) R(s, t, m) >= 2 T(s+1..t-1) - K(s, t, m - w_s), K the 0/1 knapsack of the times of
+//       layers s+1..t-1 within m - w_s units (the left part runs twice; the right part's once-run
+//       layers and a_j fit beside a_s).
+// F is computed three times in one pass: on good segments only (G, the candidate, with the same
+// arithmetic as the full program), and as lower bounds B_W and B_L over the derivations with at
+// least one too-heavy (W(s, t) > m + delta) and at least one too-long (t - s > L) first-pass
+// segment, bad segments priced by (b) and good ones exactly. If B_W(0, C) and B_L(0, C) both
+// exceed G(0, C) by a relative 1e-9 (far above rounding), no bad derivation is optimal or tied,
+// so G(0, C) is the full program's value to the last bit and its first minimizers, hence the
+// plan, are the full program's too. Otherwise delta doubles (grows eightfold if G(0, C) is
+// infinite) if B_W failed, and L doubles if B_L did; at
+// delta >= W(0, n + 1) and L = n every state is good: the full program, which small problems
+// (n^3 C / 6 <= 2e7) run at once.
+//
+// Time: the full program is O(n^3 C / 6). The band has at most n L segments of at most delta + 1
+// entries each, minimized over the splits that (a) leaves: O(n L^2 delta) at worst, far less in
+// practice (the first band, delta = C / 4 + max w and L = 64, is enough unless the budget is
+// within a few times the largest pair of adjacent sizes; then the band widens, up to the full
+// program). Each band also takes O(n^2 C) for the F passes and knapsacks. Memory: the band's
+// rows and offsets, 3 n (C + 1) doubles for F and 2 (C + 1) for the knapsack, accounted before
+// the allocation. Segments are filled by end point, then start point downwards, so the right
+// parts of a segment were filled just before it. The plan is rebuilt by re-evaluating the
+// minimizations, never stored. The full program is kept as plan_profile_reference
+// (profile_reference.cpp) for the tests and the benchmark.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <stdexcept>
 #include <vector>
 
 #include "common/text.hpp"
@@ -35,10 +70,19 @@ namespace remat::chain {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+// A split or a bad derivation is set aside only when its lower bound exceeds the value it must
+// beat by this relative margin plus this fraction of the chain's total time: floating-point
+// sums of these magnitudes (times as prefix-sum differences, at most n per value) err by far
+// less.
+constexpr double kMargin = 1e-9;
+// The longest segment of the first band, in layers.
+constexpr std::int64_t kFirstMaxLength = 64;
+// Up to this much work (n^3 C / 6 steps) the full program runs at once, with no band to certify.
+constexpr double kSmallWork = 2e7;
 
-class ProfileProgram {
+class BandProgram {
  public:
-  ProfileProgram(const ChainProfile& profile, std::int64_t budget, std::int64_t slots)
+  BandProgram(const ChainProfile& profile, std::int64_t budget, std::int64_t slots)
       : n_(profile.layers()) {
     // `slots` units of floor(budget / slots) bytes, unless the sizes' common divisor is at least
     // that: then it is the unit, and rounding is exact (tensor sizes share large powers of two).
@@ -47,8 +91,10 @@ class ProfileProgram {
     const std::int64_t share = budget / slots;
     unit_ = share <= divisor_ ? divisor_ : share;
     capacity_ = budget / unit_;
+    weight_prefix_.push_back(0);
     for (std::int64_t b : profile.activation_bytes) {
       weight_.push_back((b + unit_ - 1) / unit_);
+      weight_prefix_.push_back(weight_prefix_.back() + weight_.back());
       exact_ = exact_ && b % unit_ == 0;
     }
     time_prefix_.assign(static_cast<std::size_t>(n_) + 1, 0.0);
@@ -56,24 +102,78 @@ class ProfileProgram {
       time_prefix_[static_cast<std::size_t>(i)] = time_prefix_[static_cast<std::size_t>(i - 1)] +
                                                   profile.forward_time[static_cast<std::size_t>(i)];
     }
+    times_ = profile.forward_time;
   }
 
-  std::size_t table_bytes() const {
-    const auto pairs = static_cast<std::size_t>(n_) * static_cast<std::size_t>(n_ + 1) / 2;
-    return (pairs + static_cast<std::size_t>(n_)) * row_size() * sizeof(double);
+  // The first band's delta: a quarter of the budget plus the largest size.
+  std::int64_t first_delta() const {
+    return std::max<std::int64_t>(
+        1, capacity_ / 4 + *std::max_element(weight_.begin(), weight_.end()));
   }
+  // From this up no segment is too heavy.
+  std::int64_t full_delta() const { return std::max<std::int64_t>(weight_prefix_.back(), 1); }
 
-  void solve() {
-    r_.assign(static_cast<std::size_t>(n_) * static_cast<std::size_t>(n_ + 1) / 2 * row_size(),
-              kInf);
-    for (std::int64_t length = 1; length <= n_; ++length) {
-      for (std::int64_t s = 0; s + length <= n_; ++s) fill_r(s, s + length);
+  // Lays out the band for `delta` and `max_length` and returns the bytes it needs; nothing of
+  // size beyond O(n) is allocated before solve().
+  std::size_t layout(std::int64_t delta, std::int64_t max_length) {
+    delta_ = delta;
+    max_length_ = std::max<std::int64_t>(1, max_length);
+    last_.assign(static_cast<std::size_t>(n_), 0);
+    pair_base_.assign(static_cast<std::size_t>(n_) + 1, 0);
+    std::size_t pairs = 0, entries = 0;
+    std::int64_t t = 1;
+    for (std::int64_t s = 0; s < n_; ++s) {
+      t = std::max(t, s + 1);
+      while (t + 1 <= n_ && total(s, t + 1) <= capacity_ + delta_) ++t;
+      t = std::min(t, s + max_length_);
+      // (s, s+1) is kept even when bad everywhere: its row is then empty.
+      last_[static_cast<std::size_t>(s)] = t;
+      pair_base_[static_cast<std::size_t>(s)] = pairs;
+      for (std::int64_t u = s + 1; u <= t; ++u) entries += row_length(s, u);
+      pairs += static_cast<std::size_t>(t - s);
     }
-    f_.assign(static_cast<std::size_t>(n_) * row_size(), kInf);
-    for (std::int64_t s = n_ - 1; s >= 0; --s) fill_f(s);
+    pair_base_[static_cast<std::size_t>(n_)] = pairs;
+    pairs_ = pairs;
+    entries_ = entries;
+    return entries * sizeof(double) + (pairs + 1) * sizeof(std::size_t) +
+           (3 * static_cast<std::size_t>(n_) + 2) * row_size() * sizeof(double);
   }
 
-  double best() const { return f(0)[static_cast<std::size_t>(capacity_)]; }
+  struct Verdict {
+    bool heavy_ok, long_ok;  // no W-bad (L-bad) derivation is optimal or tied
+  };
+
+  // Fills the band and the F passes, and checks the certificate for both kinds of bad segment.
+  Verdict solve() {
+    row_offset_.clear();
+    row_offset_.reserve(pairs_ + 1);
+    std::size_t entries = 0;
+    for (std::int64_t s = 0; s < n_; ++s) {
+      for (std::int64_t u = s + 1; u <= last(s); ++u) {
+        row_offset_.push_back(entries);
+        entries += row_length(s, u);
+      }
+    }
+    row_offset_.push_back(entries);
+    values_.assign(entries_, kInf);
+    // By end point, then start point downwards: the right parts (j, t) of a segment were filled
+    // just before it and are still in cache; its left parts (s, j) lie together.
+    std::int64_t first_start = 0;
+    for (std::int64_t t = 1; t <= n_; ++t) {
+      while (last(first_start) < t) ++first_start;
+      for (std::int64_t s = t - 1; s >= first_start; --s) fill_r(s, t);
+    }
+    fill_f();
+    const double good = g(0)[static_cast<std::size_t>(capacity_)];
+    const auto beaten = [&](double bad) {
+      return bad == kInf ||
+             (good < kInf && bad * (1 - kMargin) > good * (1 + kMargin) + 2 * slack());
+    };
+    return {beaten(bw(0)[static_cast<std::size_t>(capacity_)]),
+            beaten(bl(0)[static_cast<std::size_t>(capacity_)])};
+  }
+
+  double best() const { return g(0)[static_cast<std::size_t>(capacity_)]; }
   std::int64_t unit() const { return unit_; }
   std::int64_t capacity() const { return capacity_; }
   std::int64_t divisor() const { return divisor_; }
@@ -112,100 +212,237 @@ class ProfileProgram {
  private:
   std::size_t row_size() const { return static_cast<std::size_t>(capacity_) + 1; }
   std::int64_t w(std::int64_t i) const { return weight_[static_cast<std::size_t>(i)]; }
+  std::int64_t total(std::int64_t s, std::int64_t t) const {
+    return weight_prefix_[static_cast<std::size_t>(t)] -
+           weight_prefix_[static_cast<std::size_t>(s)];
+  }
   double time(std::int64_t first, std::int64_t last) const {
     return time_prefix_[static_cast<std::size_t>(last)] -
            time_prefix_[static_cast<std::size_t>(first - 1)];
   }
+  std::int64_t last(std::int64_t s) const { return last_[static_cast<std::size_t>(s)]; }
+  double slack() const { return kMargin * time_prefix_.back(); }
+  // The stored entries of (s, t): m in [lo, top]; above top the row is flat.
+  std::int64_t lo(std::int64_t s, std::int64_t t) const {
+    return std::max(w(s), total(s, t) - delta_);
+  }
+  std::int64_t top(std::int64_t s, std::int64_t t) const {
+    return std::min(capacity_, total(s, t));
+  }
+  std::size_t row_length(std::int64_t s, std::int64_t t) const {
+    return static_cast<std::size_t>(std::max<std::int64_t>(0, top(s, t) - lo(s, t) + 1));
+  }
+  bool good(std::int64_t s, std::int64_t t, std::int64_t m) const {
+    return t <= last(s) && total(s, t) - delta_ <= m;
+  }
   std::size_t pair_index(std::int64_t s, std::int64_t t) const {
-    const auto offset = static_cast<std::size_t>(s * n_ - s * (s - 1) / 2);
-    return offset + static_cast<std::size_t>(t - s - 1);
+    return pair_base_[static_cast<std::size_t>(s)] + static_cast<std::size_t>(t - s - 1);
   }
-  double* r(std::int64_t s, std::int64_t t) { return r_.data() + pair_index(s, t) * row_size(); }
+  // Row of (s, t), indexed by m - lo(s, t).
+  double* r(std::int64_t s, std::int64_t t) {
+    return values_.data() + row_offset_[pair_index(s, t)];
+  }
   const double* r(std::int64_t s, std::int64_t t) const {
-    return r_.data() + pair_index(s, t) * row_size();
+    return values_.data() + row_offset_[pair_index(s, t)];
   }
-  double* f(std::int64_t s) { return f_.data() + static_cast<std::size_t>(s) * row_size(); }
-  const double* f(std::int64_t s) const {
+  // R(s, t, m) for a good state with m >= lo(s, t).
+  double r_at(std::int64_t s, std::int64_t t, std::int64_t m) const {
+    return r(s, t)[std::min(m, top(s, t)) - lo(s, t)];
+  }
+  double* g(std::int64_t s) { return f_.data() + static_cast<std::size_t>(s) * row_size(); }
+  const double* g(std::int64_t s) const {
     return f_.data() + static_cast<std::size_t>(s) * row_size();
+  }
+  // The lower bounds over derivations with a W-bad (too heavy) and with an L-bad (too long)
+  // first-pass segment.
+  double* bw(std::int64_t s) { return f_.data() + static_cast<std::size_t>(n_ + s) * row_size(); }
+  const double* bw(std::int64_t s) const {
+    return f_.data() + static_cast<std::size_t>(n_ + s) * row_size();
+  }
+  double* bl(std::int64_t s) {
+    return f_.data() + static_cast<std::size_t>(2 * n_ + s) * row_size();
+  }
+  const double* bl(std::int64_t s) const {
+    return f_.data() + static_cast<std::size_t>(2 * n_ + s) * row_size();
   }
 
   void fill_r(std::int64_t s, std::int64_t t) {
-    double* row = r(s, t);
+    const std::int64_t row_lo = lo(s, t), row_top = top(s, t);
+    if (row_lo > row_top) return;
+    double* row = r(s, t) - row_lo;  // row[m] for m in [row_lo, row_top]
     if (t == s + 1) {
-      for (std::int64_t m = w(s); m <= capacity_; ++m) row[m] = 0;
+      for (std::int64_t m = row_lo; m <= row_top; ++m) row[m] = 0;
       return;
     }
-    // Past the segment's total size every activation can stay: the row is flat from there.
-    std::int64_t total = 0;
-    for (std::int64_t k = s; k < t; ++k) total += w(k);
-    const std::int64_t top = std::min(capacity_, total);
-    std::int64_t need = w(s);
+    const double floor = time(s + 1, t - 1);
+    const std::int64_t ws = w(s);
+    std::int64_t need = ws;
     for (std::int64_t j = s + 1; j < t; ++j) {
-      need = std::max(need, w(s) + w(j));
-      if (need > top) break;
-      const double cost = time(s + 1, j);
-      const double* left = r(s, j);
-      const double* right = r(j, t);
-      const std::int64_t ws = w(s);
-      for (std::int64_t m = need; m <= top; ++m) {
-        row[m] = std::min(row[m], cost + right[m - ws] + left[m]);
+      need = std::max(need, ws + w(j));
+      if (need > row_top) break;
+      const std::int64_t first = std::max(row_lo, need);
+      // (a): every m whose best so far is below the floor of this split, and of every later
+      // split, is settled. The best is non-increasing in m, so those m form a suffix.
+      const double bound = (floor + time(s + 1, j - 1)) * (1 - kMargin) - slack();
+      if (row[first] < bound) break;
+      std::int64_t low = first, high = row_top + 1;  // row[low] >= bound; find the first below
+      while (high - low > 1) {
+        const std::int64_t mid = low + (high - low) / 2;
+        (row[mid] < bound ? high : low) = mid;
       }
+      relax(row, first, high, time(s + 1, j), s, j, t);
     }
-    for (std::int64_t m = top + 1; m <= capacity_; ++m) row[m] = row[top];
   }
 
-  void fill_f(std::int64_t s) {
-    double* row = f(s);
-    std::int64_t need = w(s);
-    for (std::int64_t j = s + 1; j <= n_; ++j) {
-      if (j < n_) need = std::max(need, w(s) + w(j));
-      if (need > capacity_) break;
-      const double* segment = r(s, j);
-      if (j == n_) {
-        for (std::int64_t m = need; m <= capacity_; ++m) row[m] = std::min(row[m], segment[m]);
-      } else {
-        const double* rest = f(j);
-        const std::int64_t ws = w(s);
-        for (std::int64_t m = need; m <= capacity_; ++m) {
-          row[m] = std::min(row[m], rest[m - ws] + segment[m]);
+  // row[m] = min(row[m], cost + R(j, t, m - w_s) + R(s, j, m)) for m in [first, end), with the
+  // full program's arithmetic; the rows of both parts are flat past their tops.
+  void relax(double* row, std::int64_t first, std::int64_t end, double cost, std::int64_t s,
+             std::int64_t j, std::int64_t t) const {
+    const std::int64_t ws = w(s);
+    const double* left = r(s, j) - lo(s, j);
+    const double* right = r(j, t) - lo(j, t) - ws;  // right[m] = R(j, t, m - w_s)
+    const std::int64_t left_end = top(s, j) + 1, right_end = top(j, t) + ws + 1;
+    const std::int64_t both_end = std::min({end, left_end, right_end});
+    std::int64_t m = first;
+    for (; m < both_end; ++m) row[m] = std::min(row[m], cost + right[m] + left[m]);
+    if (m >= end) return;
+    if (left_end <= m && right_end > m) {
+      const double l = left[left_end - 1];
+      const std::int64_t stop = std::min(end, right_end);
+      for (; m < stop; ++m) row[m] = std::min(row[m], cost + right[m] + l);
+    } else if (right_end <= m && left_end > m) {
+      const double rv = right[right_end - 1];
+      const std::int64_t stop = std::min(end, left_end);
+      for (; m < stop; ++m) row[m] = std::min(row[m], cost + rv + left[m]);
+    }
+    if (m >= end) return;
+    const double v = cost + right[std::min(m, right_end - 1)] + left[std::min(m, left_end - 1)];
+    for (; m < end; ++m) row[m] = std::min(row[m], v);
+  }
+
+  // G over good segments with the full program's arithmetic; B, the least lower bound of a
+  // derivation with a bad segment, pricing bad segments by (b).
+  void fill_f() {
+    const std::size_t size = row_size();
+    f_.assign(3 * static_cast<std::size_t>(n_) * size, kInf);
+    const bool any_bad = delta_ < full_delta() || max_length_ < n_;
+    std::vector<double> knap(size), next(size);
+    for (std::int64_t s = n_ - 1; s >= 0; --s) {
+      double* grow = g(s);
+      double* wrow = bw(s);
+      double* lrow = bl(s);
+      const std::int64_t ws = w(s);
+      std::fill(knap.begin(), knap.end(), 0.0);
+      std::int64_t need = ws;
+      for (std::int64_t j = s + 1; j <= n_; ++j) {
+        if (j < n_) need = std::max(need, ws + w(j));
+        if (need > capacity_) break;
+        if (any_bad && j - 1 > s) {
+          add_item(knap, next, w(j - 1), times_[static_cast<std::size_t>(j - 1)]);
+        }
+        // Below `split` the segment is too heavy (W-bad); from it up, good, or too long (L-bad)
+        // past last(s).
+        const std::int64_t split = std::max(need, total(s, j) - delta_);
+        const std::int64_t heavy_end = std::min(split, capacity_ + 1);
+        const bool long_segment = j > last(s);
+        const double inside = time(s + 1, j - 1);
+        // (b): a bad segment's layers run twice, except a knapsack of them beside a_s.
+        const auto bound = [&](std::int64_t m) {
+          return 2 * inside - knap[static_cast<std::size_t>(m - ws)];
+        };
+        if (j == n_) {
+          for (std::int64_t m = need; m < heavy_end; ++m) wrow[m] = std::min(wrow[m], bound(m));
+          if (long_segment) {
+            for (std::int64_t m = split; m <= capacity_; ++m) lrow[m] = std::min(lrow[m], bound(m));
+          } else {
+            for (std::int64_t m = split; m <= capacity_; ++m)
+              grow[m] = std::min(grow[m], r_at(s, j, m));
+          }
+          continue;
+        }
+        const double* grest = g(j) - ws;
+        const double* wrest = bw(j) - ws;
+        const double* lrest = bl(j) - ws;
+        for (std::int64_t m = need; m < heavy_end; ++m) {
+          const double price = bound(m);
+          const double rest = std::min({grest[m], wrest[m], lrest[m]});
+          wrow[m] = std::min(wrow[m], rest + price);
+          lrow[m] = std::min(lrow[m], lrest[m] + price);
+        }
+        if (long_segment) {
+          for (std::int64_t m = split; m <= capacity_; ++m) {
+            const double price = bound(m);
+            const double rest = std::min({grest[m], wrest[m], lrest[m]});
+            lrow[m] = std::min(lrow[m], rest + price);
+            wrow[m] = std::min(wrow[m], wrest[m] + price);
+          }
+        } else if (split <= capacity_) {
+          const double* segment = r(s, j) - lo(s, j);
+          const std::int64_t seg_end = std::min(capacity_, top(s, j)) + 1;
+          std::int64_t m = split;
+          for (; m < seg_end; ++m) {
+            grow[m] = std::min(grow[m], grest[m] + segment[m]);
+            wrow[m] = std::min(wrow[m], wrest[m] + segment[m]);
+            lrow[m] = std::min(lrow[m], lrest[m] + segment[m]);
+          }
+          const double flat = segment[seg_end - 1];
+          for (; m <= capacity_; ++m) {
+            grow[m] = std::min(grow[m], grest[m] + flat);
+            wrow[m] = std::min(wrow[m], wrest[m] + flat);
+            lrow[m] = std::min(lrow[m], lrest[m] + flat);
+          }
         }
       }
     }
   }
 
-  // The j that fill_f / fill_r chose (the first minimizer, with the same arithmetic).
+  // 0/1 knapsack over capacities 0..C: knap[c] = the most time of the items added within c units.
+  static void add_item(std::vector<double>& knap, std::vector<double>& next, std::int64_t weight,
+                       double value) {
+    const auto wt = static_cast<std::size_t>(weight);
+    if (wt >= knap.size()) return;
+    std::copy(knap.begin(), knap.begin() + static_cast<std::ptrdiff_t>(wt), next.begin());
+    for (std::size_t c = wt; c < knap.size(); ++c)
+      next[c] = std::max(knap[c], knap[c - wt] + value);
+    knap.swap(next);
+  }
+
+  // The j that the full program chose (the first minimizer, with the same arithmetic). Bad
+  // segments are skipped: the certificate shows they are worse than the target.
   std::int64_t f_choice(std::int64_t s, std::int64_t m) const {
-    const double target = f(s)[m];
+    const double target = g(s)[m];
     std::int64_t need = w(s);
     for (std::int64_t j = s + 1; j <= n_; ++j) {
       if (j < n_) need = std::max(need, w(s) + w(j));
       if (need > m) break;
-      const double value = j == n_ ? r(s, j)[m] : f(j)[m - w(s)] + r(s, j)[m];
+      if (!good(s, j, m)) continue;
+      const double value = j == n_ ? r_at(s, j, m) : g(j)[m - w(s)] + r_at(s, j, m);
       if (value <= target) return j;
     }
     throw std::logic_error("profile planner: no first-pass choice reproduces F");
   }
 
   std::int64_t r_choice(std::int64_t s, std::int64_t t, std::int64_t m) const {
-    std::int64_t total = 0;
-    for (std::int64_t k = s; k < t; ++k) total += w(k);
-    m = std::min(m, std::min(capacity_, total));
-    const double target = r(s, t)[m];
+    m = std::min(m, top(s, t));
+    const double target = r_at(s, t, m);
     std::int64_t need = w(s);
     for (std::int64_t j = s + 1; j < t; ++j) {
       need = std::max(need, w(s) + w(j));
       if (need > m) break;
-      if (time(s + 1, j) + r(j, t)[m - w(s)] + r(s, j)[m] <= target) return j;
+      if (time(s + 1, j) + r_at(j, t, m - w(s)) + r_at(s, j, m) <= target) return j;
     }
     throw std::logic_error("profile planner: no split reproduces R");
   }
 
   std::int64_t n_;
-  std::int64_t unit_ = 1, capacity_ = 0, divisor_ = 0;
+  std::int64_t unit_ = 1, capacity_ = 0, divisor_ = 0, delta_ = 0, max_length_ = 0;
   bool exact_ = true;
-  std::vector<std::int64_t> weight_;
-  std::vector<double> time_prefix_;
-  std::vector<double> r_, f_;
+  std::vector<std::int64_t> weight_, weight_prefix_;
+  std::vector<double> time_prefix_, times_;
+  std::vector<std::int64_t> last_;  // per s: the last t <= s + L with W(s, t) <= C + delta, or s+1
+  std::vector<std::size_t> pair_base_, row_offset_;
+  std::size_t pairs_ = 0, entries_ = 0;
+  std::vector<double> values_, f_;
 };
 
 }  // namespace
@@ -215,15 +452,35 @@ ProfilePlan plan_profile(const ChainProfile& profile, std::int64_t budget_bytes,
   profile.validate();
   if (budget_bytes < 0) throw InputError("budget", std::nullopt, "must be >= 0");
   if (slots < 1) throw InputError("slots", std::nullopt, "must be at least 1");
-  ProfileProgram program(profile, budget_bytes, slots);
-  if (program.table_bytes() > max_planner_bytes) {
-    throw PlannerMemoryError("the profile planner needs " + text::integer(program.table_bytes()) +
-                             " bytes for " + text::integer(profile.layers()) + " layers and " +
-                             text::integer(program.capacity()) + " memory units, over the cap of " +
-                             text::integer(max_planner_bytes) +
-                             "; lower {slots} (or raise {max_planner_bytes})");
+  BandProgram program(profile, budget_bytes, slots);
+  // The band grows (delta or the longest segment, as the certificate asks) until the certificate
+  // holds; at its widest every state is good and the program is the full one.
+  const std::int64_t full = program.full_delta();
+  std::int64_t delta = std::min(program.first_delta(), full);
+  std::int64_t max_length = std::min<std::int64_t>(kFirstMaxLength, profile.layers());
+  const double layers = static_cast<double>(profile.layers());
+  if (layers * layers * layers * static_cast<double>(program.capacity()) / 6 <= kSmallWork) {
+    delta = full;  // small enough for the full program in one go
+    max_length = profile.layers();
   }
-  program.solve();
+  std::int64_t bands = 0;
+  while (true) {
+    ++bands;
+    const std::size_t bytes = program.layout(delta, max_length);
+    if (bytes > max_planner_bytes) {
+      throw PlannerMemoryError(
+          "the profile planner needs " + text::integer(bytes) + " bytes for " +
+          text::integer(profile.layers()) + " layers and " + text::integer(program.capacity()) +
+          " memory units, over the cap of " + text::integer(max_planner_bytes) +
+          "; lower {slots} (or raise {max_planner_bytes})");
+    }
+    const auto verdict = program.solve();
+    if (verdict.heavy_ok && verdict.long_ok) break;
+    // No schedule at all inside the band: the budget is tight, and delta grows faster.
+    const std::int64_t factor = program.best() < kInf ? 2 : 8;
+    if (!verdict.heavy_ok) delta = delta > full / factor ? full : factor * delta;
+    if (!verdict.long_ok) max_length = std::min(2 * max_length, profile.layers());
+  }
   if (!(program.best() < kInf)) {
     // F(0, m) only falls as m grows, so nothing fits in fewer units either.
     std::string detail = "no schedule fits in " + text::integer(budget_bytes) + " bytes";
@@ -253,6 +510,7 @@ ProfilePlan plan_profile(const ChainProfile& profile, std::int64_t budget_bytes,
   plan.divisor_bytes = program.divisor();
   plan.exact = program.exact();
   plan.predicted_recompute_time = program.best();
+  plan.bands = bands;
   return plan;
 }
 

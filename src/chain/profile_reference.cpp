@@ -1,0 +1,261 @@
+// The reference for the heterogeneous chain planner: the dynamic program that plan_profile ran
+// before the band program (profile_planner.cpp), kept verbatim so that tests and the benchmark
+// can compare the two. Not part of the core library (remat_chain_reference links it).
+//
+// Optimal checkpointing of a heterogeneous chain under a budget in bytes: the dynamic program of
+// rotor-style planners (Beaumont, Eyraud-Dubois, Herrmann, Joly, Shilova, "Optimal checkpointing
+// for heterogeneous chains", 2019), written for this project's model (the first pass is free,
+// a_0 counts, the working value of a forward counts, backward needs a_{i-1}).
+//
+//   R(s, t, m): least recompute time to run backward t..s+1 with a_s held, m units available
+//               (a_s included), nothing of the segment held.
+//               R(s, s+1, m) = 0 if w_s <= m;
+//               R(s, t, m) = min_j T(s+1..j) + R(j, t, m - w_s) + R(s, j, m),
+//               where the forward s+1..j needs w_s + max(w_{s+1..j}) <= m.
+//   F(s, m):    the same during the first pass, whose forward is free:
+//               F(s, m) = min( R(s, n, m), min_j F(j, m - w_s) + R(s, j, m) ).
+// Units and rounding as in plan_profile (include/remat/chain.hpp).
+//
+// Time O(n^3 C / 6) for C = budget / u units (each R row is cut at the segment's total size);
+// memory n (n + 1) / 2 rows of C + 1 doubles for R plus n rows for F, accounted before the
+// allocation. The plan is rebuilt by re-evaluating the minimizations, never stored.
+#include "chain/profile_reference.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "common/text.hpp"
+#include "remat/chain.hpp"
+#include "remat/errors.hpp"
+
+namespace remat::chain {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+class ProfileProgram {
+ public:
+  ProfileProgram(const ChainProfile& profile, std::int64_t budget, std::int64_t slots)
+      : n_(profile.layers()) {
+    // `slots` units of floor(budget / slots) bytes, unless the sizes' common divisor is at least
+    // that: then it is the unit, and rounding is exact (tensor sizes share large powers of two).
+    for (std::int64_t b : profile.activation_bytes) divisor_ = std::gcd(divisor_, b);
+    divisor_ = std::max<std::int64_t>(divisor_, 1);
+    const std::int64_t share = budget / slots;
+    unit_ = share <= divisor_ ? divisor_ : share;
+    capacity_ = budget / unit_;
+    for (std::int64_t b : profile.activation_bytes) {
+      weight_.push_back((b + unit_ - 1) / unit_);
+      exact_ = exact_ && b % unit_ == 0;
+    }
+    time_prefix_.assign(static_cast<std::size_t>(n_) + 1, 0.0);
+    for (std::int64_t i = 1; i <= n_; ++i) {
+      time_prefix_[static_cast<std::size_t>(i)] = time_prefix_[static_cast<std::size_t>(i - 1)] +
+                                                  profile.forward_time[static_cast<std::size_t>(i)];
+    }
+  }
+
+  std::size_t table_bytes() const {
+    const auto pairs = static_cast<std::size_t>(n_) * static_cast<std::size_t>(n_ + 1) / 2;
+    return (pairs + static_cast<std::size_t>(n_)) * row_size() * sizeof(double);
+  }
+
+  void solve() {
+    r_.assign(static_cast<std::size_t>(n_) * static_cast<std::size_t>(n_ + 1) / 2 * row_size(),
+              kInf);
+    for (std::int64_t length = 1; length <= n_; ++length) {
+      for (std::int64_t s = 0; s + length <= n_; ++s) fill_r(s, s + length);
+    }
+    f_.assign(static_cast<std::size_t>(n_) * row_size(), kInf);
+    for (std::int64_t s = n_ - 1; s >= 0; --s) fill_f(s);
+  }
+
+  double best() const { return f(0)[static_cast<std::size_t>(capacity_)]; }
+  std::int64_t unit() const { return unit_; }
+  std::int64_t capacity() const { return capacity_; }
+  std::int64_t divisor() const { return divisor_; }
+  bool exact() const { return exact_; }
+
+  void emit(const ActionSink& sink) const {
+    struct Task {
+      std::int64_t s, t, m;
+    };
+    std::vector<Task> segments;
+    std::int64_t s = 0, m = capacity_;
+    while (true) {
+      const std::int64_t j = f_choice(s, m);
+      sink(Action::forward(s + 1, j));
+      segments.push_back({s, j, m});
+      if (j == n_) break;
+      m -= w(s);
+      s = j;
+    }
+    std::vector<Task> stack(segments.begin(), segments.end());
+    while (!stack.empty()) {
+      const Task task = stack.back();
+      stack.pop_back();
+      if (task.t == task.s + 1) {
+        sink(Action::backward(task.t));
+        sink(Action::free(task.s));
+        continue;
+      }
+      const std::int64_t j = r_choice(task.s, task.t, task.m);
+      sink(Action::forward(task.s + 1, j));
+      stack.push_back({task.s, j, task.m});
+      stack.push_back({j, task.t, task.m - w(task.s)});
+    }
+  }
+
+ private:
+  std::size_t row_size() const { return static_cast<std::size_t>(capacity_) + 1; }
+  std::int64_t w(std::int64_t i) const { return weight_[static_cast<std::size_t>(i)]; }
+  double time(std::int64_t first, std::int64_t last) const {
+    return time_prefix_[static_cast<std::size_t>(last)] -
+           time_prefix_[static_cast<std::size_t>(first - 1)];
+  }
+  std::size_t pair_index(std::int64_t s, std::int64_t t) const {
+    const auto offset = static_cast<std::size_t>(s * n_ - s * (s - 1) / 2);
+    return offset + static_cast<std::size_t>(t - s - 1);
+  }
+  double* r(std::int64_t s, std::int64_t t) { return r_.data() + pair_index(s, t) * row_size(); }
+  const double* r(std::int64_t s, std::int64_t t) const {
+    return r_.data() + pair_index(s, t) * row_size();
+  }
+  double* f(std::int64_t s) { return f_.data() + static_cast<std::size_t>(s) * row_size(); }
+  const double* f(std::int64_t s) const {
+    return f_.data() + static_cast<std::size_t>(s) * row_size();
+  }
+
+  void fill_r(std::int64_t s, std::int64_t t) {
+    double* row = r(s, t);
+    if (t == s + 1) {
+      for (std::int64_t m = w(s); m <= capacity_; ++m) row[m] = 0;
+      return;
+    }
+    // Past the segment's total size every activation can stay: the row is flat from there.
+    std::int64_t total = 0;
+    for (std::int64_t k = s; k < t; ++k) total += w(k);
+    const std::int64_t top = std::min(capacity_, total);
+    std::int64_t need = w(s);
+    for (std::int64_t j = s + 1; j < t; ++j) {
+      need = std::max(need, w(s) + w(j));
+      if (need > top) break;
+      const double cost = time(s + 1, j);
+      const double* left = r(s, j);
+      const double* right = r(j, t);
+      const std::int64_t ws = w(s);
+      for (std::int64_t m = need; m <= top; ++m) {
+        row[m] = std::min(row[m], cost + right[m - ws] + left[m]);
+      }
+    }
+    for (std::int64_t m = top + 1; m <= capacity_; ++m) row[m] = row[top];
+  }
+
+  void fill_f(std::int64_t s) {
+    double* row = f(s);
+    std::int64_t need = w(s);
+    for (std::int64_t j = s + 1; j <= n_; ++j) {
+      if (j < n_) need = std::max(need, w(s) + w(j));
+      if (need > capacity_) break;
+      const double* segment = r(s, j);
+      if (j == n_) {
+        for (std::int64_t m = need; m <= capacity_; ++m) row[m] = std::min(row[m], segment[m]);
+      } else {
+        const double* rest = f(j);
+        const std::int64_t ws = w(s);
+        for (std::int64_t m = need; m <= capacity_; ++m) {
+          row[m] = std::min(row[m], rest[m - ws] + segment[m]);
+        }
+      }
+    }
+  }
+
+  // The j that fill_f / fill_r chose (the first minimizer, with the same arithmetic).
+  std::int64_t f_choice(std::int64_t s, std::int64_t m) const {
+    const double target = f(s)[m];
+    std::int64_t need = w(s);
+    for (std::int64_t j = s + 1; j <= n_; ++j) {
+      if (j < n_) need = std::max(need, w(s) + w(j));
+      if (need > m) break;
+      const double value = j == n_ ? r(s, j)[m] : f(j)[m - w(s)] + r(s, j)[m];
+      if (value <= target) return j;
+    }
+    throw std::logic_error("profile planner: no first-pass choice reproduces F");
+  }
+
+  std::int64_t r_choice(std::int64_t s, std::int64_t t, std::int64_t m) const {
+    std::int64_t total = 0;
+    for (std::int64_t k = s; k < t; ++k) total += w(k);
+    m = std::min(m, std::min(capacity_, total));
+    const double target = r(s, t)[m];
+    std::int64_t need = w(s);
+    for (std::int64_t j = s + 1; j < t; ++j) {
+      need = std::max(need, w(s) + w(j));
+      if (need > m) break;
+      if (time(s + 1, j) + r(j, t)[m - w(s)] + r(s, j)[m] <= target) return j;
+    }
+    throw std::logic_error("profile planner: no split reproduces R");
+  }
+
+  std::int64_t n_;
+  std::int64_t unit_ = 1, capacity_ = 0, divisor_ = 0;
+  bool exact_ = true;
+  std::vector<std::int64_t> weight_;
+  std::vector<double> time_prefix_;
+  std::vector<double> r_, f_;
+};
+
+}  // namespace
+
+ProfilePlan plan_profile_reference(const ChainProfile& profile, std::int64_t budget_bytes,
+                                   std::int64_t slots, std::size_t max_planner_bytes,
+                                   const ActionSink& also) {
+  profile.validate();
+  if (budget_bytes < 0) throw InputError("budget", std::nullopt, "must be >= 0");
+  if (slots < 1) throw InputError("slots", std::nullopt, "must be at least 1");
+  ProfileProgram program(profile, budget_bytes, slots);
+  if (program.table_bytes() > max_planner_bytes) {
+    throw PlannerMemoryError("the profile planner needs " + text::integer(program.table_bytes()) +
+                             " bytes for " + text::integer(profile.layers()) + " layers and " +
+                             text::integer(program.capacity()) + " memory units, over the cap of " +
+                             text::integer(max_planner_bytes) +
+                             "; lower {slots} (or raise {max_planner_bytes})");
+  }
+  program.solve();
+  if (!(program.best() < kInf)) {
+    // F(0, m) only falls as m grows, so nothing fits in fewer units either.
+    std::string detail = "no schedule fits in " + text::integer(budget_bytes) + " bytes";
+    std::int64_t largest = 0;
+    for (std::size_t i = 1; i < profile.activation_bytes.size(); ++i) {
+      largest = std::max(largest, profile.activation_bytes[i - 1] + profile.activation_bytes[i]);
+    }
+    if (largest > budget_bytes) {
+      detail += "; every schedule needs at least " + text::integer(largest) +
+                " bytes (an input and an output of one layer held together)";
+    } else if (!program.exact()) {
+      detail += " with sizes rounded up to units of " + text::integer(program.unit()) +
+                " bytes (the budget holds " + text::integer(program.capacity()) +
+                "); more slots count sizes more finely";
+    }
+    throw InputError("budget", std::nullopt, detail);
+  }
+  Simulator simulator(profile);
+  program.emit([&](const Action& a) {
+    simulator.apply(a);
+    if (also) also(a);
+  });
+  ProfilePlan plan;
+  plan.simulation = simulator.finish();
+  plan.unit_bytes = program.unit();
+  plan.slots = program.capacity();
+  plan.divisor_bytes = program.divisor();
+  plan.exact = program.exact();
+  plan.predicted_recompute_time = program.best();
+  return plan;
+}
+
+}  // namespace remat::chain

@@ -1,0 +1,177 @@
+// The band planner (plan_profile) against the full-table program it replaced
+// (plan_profile_reference): the same objective to the last bit and the same plan, on random
+// profiles with ties, tiny and huge budgets, coarse and fine slots; every plan is checked by the
+// simulator, which plan_profile runs.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "chain/profile_reference.hpp"
+#include "remat/chain.hpp"
+#include "remat/errors.hpp"
+
+namespace remat::chain {
+namespace {
+
+constexpr std::size_t kPlannerCap = std::size_t{1} << 30;
+
+struct Outcome {
+  bool fits = false;
+  std::string error;
+  ProfilePlan plan;
+  std::vector<std::string> actions;
+};
+
+template <typename Planner>
+Outcome run(Planner planner, const ChainProfile& p, std::int64_t budget, std::int64_t slots) {
+  Outcome out;
+  try {
+    out.plan = planner(p, budget, slots, kPlannerCap,
+                       [&](const Action& a) { out.actions.push_back(to_string(a)); });
+    out.fits = true;
+  } catch (const InputError& e) {
+    out.error = e.what();
+  }
+  return out;
+}
+
+// How many comparisons certified their first band, and how many had to widen it.
+int first_band = 0, widened = 0;
+
+void expect_same(const ChainProfile& p, std::int64_t budget, std::int64_t slots,
+                 const std::string& where) {
+  const Outcome band = run(plan_profile, p, budget, slots);
+  const Outcome full = run(plan_profile_reference, p, budget, slots);
+  ASSERT_EQ(band.fits, full.fits) << where << ": " << band.error << " | " << full.error;
+  if (!band.fits) {
+    EXPECT_EQ(band.error, full.error) << where;
+    return;
+  }
+  (band.plan.bands == 1 ? first_band : widened) += 1;
+  EXPECT_GE(band.plan.bands, 1) << where;
+  // Bit for bit, not approximately.
+  EXPECT_EQ(band.plan.predicted_recompute_time, full.plan.predicted_recompute_time) << where;
+  EXPECT_EQ(band.actions, full.actions) << where;
+  EXPECT_EQ(band.plan.simulation.recompute_time, full.plan.simulation.recompute_time) << where;
+  EXPECT_EQ(band.plan.simulation.memory_bytes, full.plan.simulation.memory_bytes) << where;
+  EXPECT_LE(band.plan.simulation.memory_bytes, budget) << where;
+  EXPECT_EQ(band.plan.unit_bytes, full.plan.unit_bytes) << where;
+  EXPECT_EQ(band.plan.slots, full.plan.slots) << where;
+  EXPECT_EQ(band.plan.exact, full.plan.exact) << where;
+}
+
+std::int64_t total_bytes(const ChainProfile& p) {
+  std::int64_t total = 0;
+  for (std::size_t i = 0; i + 1 < p.activation_bytes.size(); ++i) total += p.activation_bytes[i];
+  return total;
+}
+
+// kind 0: sizes and times from tiny sets (many ties); 1: sizes over a wide range, real times;
+// 2: a few huge layers among small ones; 3: equal sizes, times with ties.
+ChainProfile random_profile(std::mt19937_64& rng, std::int64_t n, int kind) {
+  ChainProfile p;
+  std::uniform_int_distribution<std::int64_t> small(1, 3), wide(1, std::int64_t{1} << 30);
+  std::uniform_int_distribution<int> tie_time(1, 3), coin(0, 9);
+  std::uniform_real_distribution<double> real_time(0.0, 5.0);
+  for (std::int64_t i = 0; i <= n; ++i) {
+    std::int64_t bytes = 0;
+    double time = 0;
+    switch (kind) {
+      case 0:
+        bytes = small(rng);
+        time = tie_time(rng);
+        break;
+      case 1:
+        bytes = wide(rng);
+        time = real_time(rng);
+        break;
+      case 2:
+        bytes = coin(rng) == 0 ? 1000 + small(rng) : 10 * small(rng);
+        time = coin(rng) == 0 ? 0.0 : real_time(rng);
+        break;
+      default:
+        bytes = 4096;
+        time = tie_time(rng) * 0.5;
+        break;
+    }
+    p.activation_bytes.push_back(bytes);
+    p.forward_time.push_back(i == 0 ? 0.0 : time);
+  }
+  return p;
+}
+
+TEST(ProfilePlannerReference, SameObjectiveAndPlanOnRandomProfiles) {
+  std::mt19937_64 rng(16);
+  int compared = 0;
+  for (int trial = 0; trial < 240; ++trial) {
+    const int kind = trial % 4;
+    const std::int64_t n = 1 + static_cast<std::int64_t>(rng() % 48);
+    const ChainProfile p = random_profile(rng, n, kind);
+    const std::int64_t total = total_bytes(p);
+    std::int64_t least = p.activation_bytes[0];
+    for (std::size_t i = 1; i < p.activation_bytes.size(); ++i) {
+      least = std::max(least, p.activation_bytes[i - 1] + p.activation_bytes[i]);
+    }
+    // Tiny (around the least feasible), tight, medium and more than everything.
+    const std::vector<std::int64_t> budgets = {least, least + total / 50 + 1, total / 5 + least,
+                                               total / 2 + 1, 2 * total + 10};
+    const std::vector<std::int64_t> slot_counts = {1, 7, 64, 476};
+    const std::int64_t budget = budgets[rng() % budgets.size()];
+    const std::int64_t slots = slot_counts[rng() % slot_counts.size()];
+    expect_same(p, budget, slots,
+                "trial " + std::to_string(trial) + " kind " + std::to_string(kind) + " n " +
+                    std::to_string(n) + " budget " + std::to_string(budget) + " slots " +
+                    std::to_string(slots));
+    ++compared;
+  }
+  EXPECT_EQ(compared, 240);
+}
+
+// Long enough for the band (n^3 C / 6 above 2e7), with budgets from tight to loose: some
+// certify the first band and some widen it.
+TEST(ProfilePlannerReference, SameWhetherTheFirstBandHoldsOrWidens) {
+  std::mt19937_64 rng(2016);
+  first_band = widened = 0;
+  for (int trial = 0; trial < 16; ++trial) {
+    const std::int64_t n = 90 + 5 * trial;
+    const ChainProfile p = random_profile(rng, n, 1 + trial % 3);
+    const std::int64_t total = total_bytes(p);
+    for (const double fraction : {0.015, 0.05, 0.2}) {
+      const auto budget = static_cast<std::int64_t>(static_cast<double>(total) * fraction);
+      expect_same(p, budget, 476,
+                  "trial " + std::to_string(trial) + " n " + std::to_string(n) + " fraction " +
+                      std::to_string(fraction));
+    }
+  }
+  EXPECT_GT(first_band, 0);
+  EXPECT_GT(widened, 0);
+}
+
+TEST(ProfilePlannerReference, SameOnLongerChainsAtManySlots) {
+  std::mt19937_64 rng(1016);
+  for (int trial = 0; trial < 12; ++trial) {
+    const std::int64_t n = 60 + 10 * trial;
+    const ChainProfile p = random_profile(rng, n, 1 + trial % 3);
+    const std::int64_t total = total_bytes(p);
+    for (const double fraction : {0.03, 0.1, 0.3}) {
+      const auto budget = static_cast<std::int64_t>(static_cast<double>(total) * fraction);
+      expect_same(p, budget, 300,
+                  "trial " + std::to_string(trial) + " n " + std::to_string(n) + " fraction " +
+                      std::to_string(fraction));
+    }
+  }
+}
+
+TEST(ProfilePlannerReference, SameOnTheUnitModel) {
+  for (std::int64_t n = 1; n <= 40; n += 3) {
+    for (std::int64_t memory = n == 1 ? 1 : 2; memory <= n + 1; memory += 2) {
+      expect_same(ChainProfile::uniform(n), memory, memory,
+                  "n " + std::to_string(n) + " memory " + std::to_string(memory));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace remat::chain
