@@ -76,18 +76,20 @@ def run(model, x, backend: str, device: str, steps: int, solver_context) -> dict
         compile_seconds = time.perf_counter() - started
         step()
         peak = measured_peak(step, device)
-        times = []
+        times, cpu_times = [], []
         for _ in range(steps):
             if device == "cuda":
                 torch.cuda.synchronize()
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             step()
             if device == "cuda":
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - started)
+            cpu_times.append(time.process_time() - cpu_started)
     row = {
         "measured": peak,
         "step_ms": 1e3 * statistics.median(times),
+        "step_cpu_ms": 1e3 * statistics.median(cpu_times),  # this process's CPU time
         "compile_s": compile_seconds,
     }
     choices = getattr(solver, "choices", None)
@@ -179,31 +181,53 @@ def report(results: list[dict], device: str, command: str) -> str:
             else "`torch.cuda.max_memory_allocated`"
         )
         + " over one training step (model and loss compiled together, gradients set to None "
-        "before the step), above what was allocated before it. Step: median of the timed steps. "
+        "before the step), above what was allocated before it. Step: median of the timed steps, "
+        "wall and this process's CPU time. On the shared CPU machine (load 3-5 on 2 cores) "
+        "identical plans measured up to 10x apart, in CPU time too (OpenMP threads spin while "
+        "descheduled): the step times are recorded, not comparable; peaks are deterministic. "
+        "`plans predicted`/`planning s`: candidates remat predicted for the chosen plan, and "
+        "the time that took inside the compile. "
         "torch rows use its default `dp` solver at the ratio; remat rows use "
         "`remat.torch.use(memory_budget=...)`. `ratio` is the ratio budget torch's knapsack "
         "would need to save the same candidate ops. Recompute: torch's estimator (flops).",
         "",
     ]
+    lines += ["## Summary", ""]
+    for backend in sorted({r["backend"] for r in results}):
+        rows = [row for r in results if r["backend"] == backend for row in r["remat"]]
+        ratios = [row["measured"] / row["predicted"] for row in rows]
+        within = sum(row["measured"] <= row["budget"] for row in rows)
+        lines.append(
+            f"- {backend}: measured/predicted {min(ratios):.3f} to {max(ratios):.3f} over "
+            f"{len(rows)} compiles; measured within the budget in {within} of {len(rows)}; "
+            f"planning {min(row['solve_s'] for row in rows):.2f} to "
+            f"{max(row['solve_s'] for row in rows):.1f} s per graph"
+        )
+    lines.append("")
     for result in results:
         lines += [f"## {result['model']} ({result['backend']}), size {result['size']}", ""]
-        lines += ["| torch ratio | measured peak | step ms |", "| ---: | ---: | ---: |"]
+        lines += [
+            "| torch ratio | measured peak | step ms | step CPU ms |",
+            "| ---: | ---: | ---: | ---: |",
+        ]
         for row in result["torch"]:
             lines.append(
-                f"| {row['ratio']} | {format_bytes(row['measured'])} | " f"{row['step_ms']:.1f} |"
+                f"| {row['ratio']} | {format_bytes(row['measured'])} | {row['step_ms']:.1f} | "
+                f"{row['step_cpu_ms']:.1f} |"
             )
         lines += [
             "",
             "| remat budget | from | predicted | measured | measured/predicted | "
-            "step ms | recompute | ratio |",
-            "| ---: | --- | ---: | ---: | ---: | ---: | " "---: | ---: |",
+            "step ms | step CPU ms | recompute | ratio | plans predicted | planning s |",
+            "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for row in result["remat"]:
             lines.append(
                 f"| {format_bytes(row['budget'])} | {row['source']} | "
                 f"{format_bytes(row['predicted'])} | {format_bytes(row['measured'])} | "
                 f"{row['measured'] / row['predicted']:.3f} | {row['step_ms']:.1f} | "
-                f"{row['recompute']:.3g} | {row['ratio']:.3f} |"
+                f"{row['step_cpu_ms']:.1f} | {row['recompute']:.3g} | {row['ratio']:.3f} | "
+                f"{row['candidates']} | {row['solve_s']:.2f} |"
             )
         over = [r for r in result["remat"] if r["measured"] > r["budget"]]
         rising = [
@@ -251,12 +275,24 @@ def main() -> None:
     parser.add_argument("--inductor-models", default="mixer,llama")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "compile_budget"))
     parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="rewrite the README from the output's JSON without running anything",
+    )
+    parser.add_argument(
         "--append",
         action="store_true",
         help="keep the (model, backend) results already in the output's JSON that this run "
         "does not redo, and write the report over all of them",
     )
     args = parser.parse_args()
+    if args.report_only:
+        out = pathlib.Path(args.out)
+        results = json.loads((out / f"results_{args.device}.json").read_text())
+        readme = out / f"README_{args.device}.md"
+        command = readme.read_text().split("Reproduce: `", 1)[1].split("`", 1)[0]
+        readme.write_text(report(results, args.device, command))
+        return
     jobs = [(m, "aot_eager") for m in args.models.split(",") if m]
     jobs += [(m, "inductor") for m in args.inductor_models.split(",") if m]
     results = []
