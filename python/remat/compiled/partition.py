@@ -41,7 +41,13 @@ def require_partitioner_internals() -> None:
 def forward_output_count(joint_graph: fx.Graph) -> int:
     """How many of the joint graph's outputs belong to the forward: the ones before the first
     gradient, from the output descriptors AOTAutograd attaches."""
-    from torch._functorch._aot_autograd.descriptors import GradAOTOutput
+    try:
+        from torch._functorch._aot_autograd.descriptors import GradAOTOutput
+    except ImportError as error:
+        raise RuntimeError(
+            "remat.torch.use(memory_budget=...): this torch has no AOTAutograd output "
+            "descriptors, so the forward outputs cannot be told from the gradients"
+        ) from error
 
     output = next(iter(joint_graph.find_nodes(op="output")))
     descs = output.meta.get("desc")
@@ -122,16 +128,32 @@ class Partitioner:
         sym = [n for n in saved_values if partitioners.is_sym_node(n)]
         opaque = [n for n in saved_values if is_opaque(n)]
         tensors = [n for n in saved_values if n not in sym and n not in opaque]
+        # Keyword arguments torch added over releases (2.11 lacks saved_opaque_nodes).
+        optional = {
+            "saved_opaque_nodes": opaque,
+            "static_lifetime_input_nodes": self.node_info.static_lifetime_input_nodes,
+        }
+        accepted = _parameters(partitioners._extract_fwd_bwd_modules)
+        if opaque and "saved_opaque_nodes" not in accepted:
+            raise RuntimeError(
+                "remat.torch.use(memory_budget=...): the graph saves opaque objects, which this "
+                "torch's _extract_fwd_bwd_modules cannot take"
+            )
         forward, backward = partitioners._extract_fwd_bwd_modules(
             self.joint_module,
             tensors,
             saved_sym_nodes=sym,
-            saved_opaque_nodes=opaque,
             num_fwd_outputs=self.num_fwd_outputs,
-            static_lifetime_input_nodes=self.node_info.static_lifetime_input_nodes,
+            **{name: value for name, value in optional.items() if name in accepted},
         )
         backward = partitioners.reordering_to_mimic_autograd_engine(backward)
         return step_peak(forward, backward, self.num_fwd_outputs)
+
+
+def _parameters(function: Any) -> set[str]:
+    import inspect
+
+    return set(inspect.signature(function).parameters)
 
 
 def _opaque_test() -> Any:
