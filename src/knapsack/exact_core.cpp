@@ -22,11 +22,11 @@
 // item outside the core) for a strong incumbent; and the surrogate cardinality bound
 // (cardinality_bound.cpp), which proves that incumbent optimal on strongly correlated,
 // inverse strongly correlated and subset-sum-like instances. Before those, an instance of at most
-// 64 items goes to proportional_search.cpp (meet in the middle over flip sets of bounded loss
-// against Dantzig's bound), which solves near-proportional ones (runtime proportional to memory
-// at a fine scale) or gives up quickly. The bound costs O(n) per LP, so it
-// is computed only once the search has run as long as it last took, and not when the deadline
-// is nearer than that.
+// 64 items (and more than 32) goes to proportional_search.cpp (meet in the middle over flip sets of
+// bounded loss against Dantzig's bound), which solves near-proportional ones (runtime proportional
+// to memory at a fine scale) or gives up quickly. The bound costs O(n) per LP, so it is computed
+// only once the search has run as long as it last took, and not when the deadline is nearer than
+// that.
 //
 // Time: O(n log n) for the ordering plus O(sum of list lengths); the list never holds more than
 // min(2^core, weight range) states and, on the instances torch produces, stays short because the
@@ -92,7 +92,8 @@ class ExpandingCore {
         deadline_(deadline),
         max_enumerated_half_(std::min(tuning.max_enumerated_half, kMaxEnumeratedHalf)),
         next_checkpoint_(tuning.first_checkpoint),
-        try_proportional_(tuning.proportional) {}
+        try_proportional_(tuning.proportional),
+        min_proportional_items_(tuning.min_proportional_items) {}
 
   ReducedSolution run() {
     try {
@@ -151,7 +152,8 @@ class ExpandingCore {
           // The list keeps growing: the bounds are weak here. Look for better plans outside the
           // core, and try to prove the incumbent with the cardinality bound.
           next_checkpoint_ = 2 * states_.size();
-          if (try_proportional_ && p_.size() <= kProportionalMaxItems) {
+          if (try_proportional_ && p_.size() >= min_proportional_items_ &&
+              p_.size() <= kProportionalMaxItems) {
             try_proportional_ = false;
             if (const auto done = proportional_proof(s, t)) return *done;
           }
@@ -656,6 +658,7 @@ class ExpandingCore {
   bool enumerated_ = false;
   std::size_t next_checkpoint_;
   bool try_proportional_;
+  std::size_t min_proportional_items_;
   std::string incumbent_source_ = "greedy";  // where a plan outside the history tree came from
   bool proven_by_bound_ = false;
   std::optional<CardinalityBounds> cardinality_;

@@ -163,6 +163,8 @@ struct ExactTuning {
   std::size_t max_enumerated_half = 20;  // core enumeration: 2^half sums a half
   bool shift = true;                     // the cardinality-shifted second search
   bool proportional = true;              // proportional_search for n <= 64
+  // Up to 2 x 16 items, core enumeration over every item is exact and cheaper.
+  std::size_t min_proportional_items = 33;
 };
 
 ReducedSolution solve_exact(const ReducedProblem& p, PlannerMemory& memory,

@@ -71,6 +71,7 @@ TEST(Classes, EveryPathEqualsBruteForceOnEachClass) {
           // proportional_search takes over every small instance that reaches a checkpoint: off
           // here except in one setting, so that the other paths run too.
           tuning.proportional = checkpoint == 3 && bundled == 64;
+          tuning.min_proportional_items = 0;
           tuning.first_checkpoint = checkpoint;
           tuning.min_bundled_items = bundled;
           tuning.bundle_only_if_halved = bundled > 1;

@@ -96,6 +96,7 @@ TEST(Proportional, ExactSolverThroughThePathEqualsBruteForce) {
     const double optimum = brute_force_value(p) - forced;
     detail::ExactTuning tuning;
     tuning.first_checkpoint = 1;
+    tuning.min_proportional_items = 0;
     detail::PlannerMemory memory(std::size_t{1} << 30, "exact");
     const detail::ReducedSolution s = detail::solve_exact(reduced, memory, std::nullopt, tuning);
     EXPECT_EQ(s.status, SolveStatus::kOptimal) << trial;
