@@ -338,7 +338,8 @@ class ExpandingCore {
   // multiple of weight) are solved by proportional_search.cpp, which returns the optimum or a
   // proof for the incumbent; a deadline there ends the search with its bound.
   std::optional<ReducedSolution> proportional_proof(std::ptrdiff_t s, std::ptrdiff_t t) {
-    ProportionalOutcome o = proportional_search(p_, best_value_, memory_, deadline_);
+    ProportionalOutcome o = proportional_search(
+        p_, best_value_, integral_values_ ? value_step_ : 0.0, memory_, deadline_);
     if (!o.take.empty() && o.best_value > best_value_) {
       best_value_ = o.best_value;
       greedy_take_ = std::move(o.take);

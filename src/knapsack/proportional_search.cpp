@@ -51,7 +51,12 @@ struct Half {
 
 constexpr std::size_t kMaxEntries = std::size_t{1} << 21;   // stored, a half
 constexpr std::size_t kMaxStreamed = std::size_t{1} << 23;  // streamed, a half
+constexpr std::size_t kMaxStreamedIntegral = std::size_t{1} << 19;
 constexpr std::size_t kStepsPerClockRead = 1 << 14;
+// A round that would surely list more than 2^17 light or 2^21 streamed flip sets a half is not
+// started: the core enumeration or the core's own search does better there.
+constexpr std::size_t kMaxSurelyStoredLog2 = 17;
+constexpr std::size_t kMaxSurelyStreamedLog2 = 21;
 
 // upper_bound by weight on a list sorted by weight, in O(1) expected: the weights' range is cut
 // into as many equal buckets as entries, and each bucket's first entry is kept.
@@ -105,24 +110,32 @@ class Search {
   Search(const Search&) = delete;
   Search& operator=(const Search&) = delete;
 
-  ProportionalOutcome run(double incumbent) {
+  // With integral runtimes that are multiples of `step` (0 otherwise), a better plan gains at
+  // least `step`.
+  ProportionalOutcome run(double incumbent, double step) {
     ProportionalOutcome out;
     setup();
-    const double inc_gap = bound_ - incumbent;  // a better plan has a smaller gap
-    if (!(inc_gap > 0)) {
-      out.status = ProportionalOutcome::kProven;  // nothing beats the bound
-      out.upper_bound = bound_;
+    // Integral runtimes have the core's divisibility and cardinality tools: a smaller budget of
+    // work here before giving up.
+    if (step > 0) max_streamed_ = kMaxStreamedIntegral;
+    // A better plan has a gap at most `target` (the tolerance covers rounding in the gaps).
+    const double target = bound_ - incumbent - step +
+                          (step > 0 ? 1e-12 * (std::abs(bound_) + std::abs(incumbent) + 1) : 0.0);
+    if (!(target > 0)) {
+      out.status = ProportionalOutcome::kProven;  // nothing beats the incumbent
+      out.upper_bound = step > 0 ? incumbent : bound_;
+      out.best_value = incumbent;
       return out;
     }
     out.upper_bound = bound_;
-    double u = std::min(inc_gap, 0.25 * rho_ + min_positive_loss());
+    double u = std::min(target, 0.25 * rho_ + min_positive_loss());
     best_value_ = incumbent;
     std::size_t previous_listed = 0;
     while (true) {
       listed_ = 0;
       // A hair of slack so that rounding in the gaps cannot hide a plan from the round; the
       // candidates are then compared by their summed runtimes.
-      const bool last = u >= inc_gap;
+      const bool last = u >= target;
       const double cap = u * (1 + 1e-9) + 1e-300;
       const Outcome o = round(cap);
       if (o == Outcome::kTooLarge) {
@@ -139,12 +152,12 @@ class Search {
         break;
       }
       out.upper_bound = bound_ - u;  // no plan has a gap below u
-      u = std::min(inc_gap, 1.25 * u);
+      u = std::min(target, 1.25 * u);
       // The listings grow about geometrically from round to round: give up before a round that
       // would pass the cap anyway.
       const double predicted = static_cast<double>(listed_) * static_cast<double>(listed_) /
                                static_cast<double>(std::max<std::size_t>(previous_listed, 1));
-      if (previous_listed > 0 && predicted > 2.0 * static_cast<double>(kMaxStreamed)) {
+      if (previous_listed > 0 && predicted > 2.0 * static_cast<double>(max_streamed_)) {
         out.status = ProportionalOutcome::kGaveUp;
         break;
       }
@@ -307,18 +320,36 @@ class Search {
   // Every plan with gap below `cap` has a half whose flips lose at most cap / 2: each half's
   // flip sets are streamed against the other half's light ones (sorted), so only those are
   // stored.
+  // At least 2^k flip sets of the half lose less than `cap`, for the k lightest items whose
+  // losses sum below it (all k of them when the losses are zero, as with runtime exactly
+  // proportional to weight): returns k.
+  static std::size_t surely_listed_log2(const Half& h, double cap) {
+    double sum = 0;
+    std::size_t k = 0;
+    while (k < h.loss.size() && sum + h.loss[k] < cap) sum += h.loss[k++];
+    return k;
+  }
+
   Outcome round(double cap) {
     best_gap_ = cap;
     const double light = 0.5 * cap * (1 + 1e-9) + 1e-300;
+    // Not near-proportional at this gap: the listings would be too long to pay.
+    for (const Half& h : half_) {
+      if (surely_listed_log2(h, light) > kMaxSurelyStoredLog2 ||
+          surely_listed_log2(h, cap) > kMaxSurelyStreamedLog2) {
+        return Outcome::kTooLarge;
+      }
+    }
     Outcome o = sorted_list(half_[0], light, a_);
     if (o != Outcome::kDone) return o;
     o = sorted_list(half_[1], light, b_);
     if (o != Outcome::kDone) return o;
     a_index_.build(a_, memory_, reserved_);
     b_index_.build(b_, memory_, reserved_);
-    o = list(half_[0], cap, kMaxStreamed, [&](const Flips& f) { pair(f, b_, b_index_, true); });
+    o = list(half_[0], cap, max_streamed_, [&](const Flips& f) { pair(f, b_, b_index_, true); });
     if (o != Outcome::kDone) return o;
-    return list(half_[1], cap, kMaxStreamed, [&](const Flips& f) { pair(f, a_, a_index_, false); });
+    return list(half_[1], cap, max_streamed_,
+                [&](const Flips& f) { pair(f, a_, a_index_, false); });
   }
 
   const ReducedProblem& p_;
@@ -333,6 +364,7 @@ class Search {
   std::vector<Flips> a_, b_;
   WeightIndex a_index_, b_index_;
   std::size_t listed_ = 0;  // flip sets listed in the current round
+  std::size_t max_streamed_ = kMaxStreamed;
   struct Frame {
     std::size_t next;
     std::int64_t weight;
@@ -348,11 +380,11 @@ class Search {
 }  // namespace
 
 ProportionalOutcome proportional_search(const ReducedProblem& p, double incumbent,
-                                        PlannerMemory& memory,
+                                        double value_step, PlannerMemory& memory,
                                         std::optional<Clock::time_point> deadline) {
   if (p.size() == 0 || p.size() > kProportionalMaxItems) return {};
   try {
-    return Search(p, memory, deadline).run(incumbent);
+    return Search(p, memory, deadline).run(incumbent, value_step);
   } catch (const PlannerMemoryError&) {
     return {};  // gave up: the caller's search goes on
   }

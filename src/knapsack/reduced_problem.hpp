@@ -122,6 +122,8 @@ std::optional<CoreEnumeration> enumerate_core(const ReducedProblem& p,
 // `incumbent`, or a proof that none does. kGaveUp when the instance is not near-proportional
 // enough (its flip listings pass a cap) or n > kProportionalMaxItems; kDeadline when the
 // deadline passed, with the bound proven so far. `take` is empty when no better plan was found.
+// `value_step` > 0: every runtime is an integral multiple of it (sums exact), so a better plan
+// gains at least that much; 0 otherwise.
 inline constexpr std::size_t kProportionalMaxItems = 64;
 struct ProportionalOutcome {
   enum Status { kGaveUp, kProven, kDeadline } status = kGaveUp;
@@ -130,7 +132,7 @@ struct ProportionalOutcome {
   double upper_bound = std::numeric_limits<double>::infinity();  // on every plan
 };
 ProportionalOutcome proportional_search(const ReducedProblem& p, double incumbent,
-                                        PlannerMemory& memory,
+                                        double value_step, PlannerMemory& memory,
                                         std::optional<Clock::time_point> deadline);
 
 // Identical items bundled by binary splitting (see duplicate_bundles.cpp). Bundle k stands for
