@@ -19,7 +19,7 @@
 // grow fast, and the search gives up at a cap on entries, leaving the instance to the core.
 //
 // Time: per round O(L log L) for L listed entries (the sort) plus the scans; memory 24 bytes an
-// entry, at most 2 x 2^21 entries, reserved against the planner-memory cap. n <= 64 (a half's flip
+// entry, at most 2 x 2^19 entries, reserved against the planner-memory cap. n <= 64 (a half's flip
 // set is a 32-bit mask). Double rounding in d_i is the only inexactness (relative 1e-16 of the
 // runtimes); candidates within that of the best are compared by their summed runtimes.
 #include <algorithm>
@@ -49,7 +49,7 @@ struct Half {
   std::vector<double> loss;
 };
 
-constexpr std::size_t kMaxEntries = std::size_t{1} << 21;   // stored, a half
+constexpr std::size_t kMaxEntries = std::size_t{1} << 19;   // stored, a half
 constexpr std::size_t kMaxStreamed = std::size_t{1} << 23;  // streamed, a half
 constexpr std::size_t kMaxStreamedIntegral = std::size_t{1} << 19;
 constexpr std::size_t kStepsPerClockRead = 1 << 14;
@@ -263,10 +263,12 @@ class Search {
       ensure(out, out.size() + 1);
       out.push_back(f);
     });
+    if (o != Outcome::kDone) return o;
+    // The sort is not interrupted: at most 2^19 entries, some tens of milliseconds.
     std::sort(out.begin(), out.end(), [](const Flips& x, const Flips& y) {
       return x.weight < y.weight || (x.weight == y.weight && x.loss < y.loss);
     });
-    return o;
+    return deadline_ && Clock::now() >= *deadline_ ? Outcome::kDeadline : Outcome::kDone;
   }
 
   // Pairs one flip set of a half with those of the other half (sorted) that keep the plan in
