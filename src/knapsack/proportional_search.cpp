@@ -8,20 +8,25 @@
 // d_i = v_i - rho w_i. For every plan S within the budget C,
 //   value(S) = rho C + D - gap(S),  gap(S) = rho (C - w(S)) + sum over F of |d_i|,
 // where D is the sum of the positive d_i (so rho C + D is Dantzig's bound) and F = S xor P is the
-// set of flips against P = {i : d_i > 0}. Both parts of the gap are nonnegative, so every plan
-// with gap below U has a flip set of loss below U in each half of the items. One round lists, for
-// each half, every flip set of loss below U (depth first over the half's items by ascending loss,
-// so the listing is output-sensitive), sorts one half by signed weight, and pairs every entry of
-// the other half with the entries whose weight leaves a slack below the gap still allowed (a
-// binary search and a short scan). A round that finds a plan of gap below U has found the
-// optimum; otherwise U grows (by 1.5, up to the incumbent's gap: a round at that U that finds
-// nothing better proves the incumbent optimal). Without near-proportional structure the listings
-// grow fast, and the search gives up at a cap on entries, leaving the instance to the core.
+// set of flips against P = {i : d_i > 0}. Both parts of the gap are nonnegative, so a plan with
+// gap below U is a pair of flip sets, one per half of the items (split alternately by loss), both
+// of loss below U and one of them below U / 2. One round lists each half's light flip sets (loss
+// below U / 2) and sorts them by signed weight, with a bucket index for O(1) expected lookups,
+// then streams every flip set of loss below U of the other half (depth first over the half's
+// items by ascending loss, so the listing is output-sensitive and nothing of it is stored) against
+// them: the partners whose weight keeps the plan within budget with a slack cost below the gap
+// still allowed are a short scan down from the lookup. A round that finds a plan of gap below U
+// has found the optimum; otherwise U grows by 1.25 (from a quarter quantum) up to the incumbent's
+// gap, less the runtimes' step when they are integral: a round at that U that finds nothing
+// better proves the incumbent optimal. Without near-proportional structure the listings grow
+// fast, and the search gives up (see the caps below), leaving the instance to the core.
 //
-// Time: per round O(L log L) for L listed entries (the sort) plus the scans; memory 24 bytes an
-// entry, at most 2 x 2^19 entries, reserved against the planner-memory cap. n <= 64 (a half's flip
-// set is a 32-bit mask). Double rounding in d_i is the only inexactness (relative 1e-16 of the
-// runtimes); candidates within that of the best are compared by their summed runtimes.
+// Time: per round O(S log S) for the S stored entries (the sort) plus O(L) for the L streamed
+// ones; memory 24 bytes a stored entry, at most 2 x 2^19 of them, and 4 bytes an entry for the
+// index, reserved against the planner-memory cap. n <= 64 (a half's flip set is a 32-bit mask).
+// The deadline is read every 2^14 listed entries and after each sort. Double rounding in d_i is
+// the only inexactness (relative 1e-16 of the runtimes); candidates within that of the best are
+// compared by their summed runtimes.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
