@@ -21,9 +21,12 @@
 // the items nearest the break (core_enumeration.cpp) and state pairing (each live state with one
 // item outside the core) for a strong incumbent; and the surrogate cardinality bound
 // (cardinality_bound.cpp), which proves that incumbent optimal on strongly correlated,
-// inverse strongly correlated and subset-sum-like instances. The bound costs O(n) per LP, so it
-// is computed only once the search has run as long as it last took, and not when the deadline
-// is nearer than that.
+// inverse strongly correlated and subset-sum-like instances. Before those, an instance of at most
+// 64 items (and more than 32) goes to proportional_search.cpp (meet in the middle over flip sets of
+// bounded loss against Dantzig's bound), which solves near-proportional ones (runtime proportional
+// to memory at a fine scale) or gives up quickly. The bound costs O(n) per LP, so it is computed
+// only once the search has run as long as it last took, and not when the deadline is nearer than
+// that.
 //
 // Time: O(n log n) for the ordering plus O(sum of list lengths); the list never holds more than
 // min(2^core, weight range) states and, on the instances torch produces, stays short because the
@@ -88,7 +91,9 @@ class ExpandingCore {
         memory_(memory),
         deadline_(deadline),
         max_enumerated_half_(std::min(tuning.max_enumerated_half, kMaxEnumeratedHalf)),
-        next_checkpoint_(tuning.first_checkpoint) {}
+        next_checkpoint_(tuning.first_checkpoint),
+        try_proportional_(tuning.proportional),
+        min_proportional_items_(tuning.min_proportional_items) {}
 
   ReducedSolution run() {
     try {
@@ -147,6 +152,11 @@ class ExpandingCore {
           // The list keeps growing: the bounds are weak here. Look for better plans outside the
           // core, and try to prove the incumbent with the cardinality bound.
           next_checkpoint_ = 2 * states_.size();
+          if (try_proportional_ && p_.size() >= min_proportional_items_ &&
+              p_.size() <= kProportionalMaxItems) {
+            try_proportional_ = false;
+            if (const auto done = proportional_proof(s, t)) return *done;
+          }
           if (bundling_ && !enumerated_ && restart_bundled()) return {};
           if (!enumerated_) {
             enumerated_ = true;
@@ -322,6 +332,34 @@ class ExpandingCore {
       incumbent_source_ = "core_enumeration";
     }
     return proven_by_cardinality();
+  }
+
+  // Small instances (n <= 64) whose list grows: near-proportional ones (runtime about a fixed
+  // multiple of weight) are solved by proportional_search.cpp, which returns the optimum or a
+  // proof for the incumbent; a deadline there ends the search with its bound.
+  std::optional<ReducedSolution> proportional_proof(std::ptrdiff_t s, std::ptrdiff_t t) {
+    ProportionalOutcome o = proportional_search(
+        p_, best_value_, integral_values_ ? value_step_ : 0.0, memory_, deadline_);
+    if (!o.take.empty() && o.best_value > best_value_) {
+      best_value_ = o.best_value;
+      greedy_take_ = std::move(o.take);
+      best_node_ = kGreedyIncumbent;
+      incumbent_source_ = "proportional_search";
+    }
+    if (o.status == ProportionalOutcome::kProven) {
+      ReducedSolution solution;
+      solution.take = best_node_ == kGreedyIncumbent ? greedy_take_ : finish_take();
+      solution.status = SolveStatus::kOptimal;
+      solution.path = "proportional_search";
+      return solution;
+    }
+    if (o.status == ProportionalOutcome::kDeadline) {
+      cardinality_bound_ = std::min(cardinality_bound_, o.upper_bound);  // valid for every plan
+      ReducedSolution solution = finish(SolveStatus::kTimeLimit, s, t);
+      solution.path = "proportional_search";
+      return solution;
+    }
+    return std::nullopt;
   }
 
   // Strongly correlated classes: a plan that fills the budget with the most items (or, inverse
@@ -620,6 +658,8 @@ class ExpandingCore {
   std::ptrdiff_t s_ = 0, t_ = -1;  // the core after the last complete step
   bool enumerated_ = false;
   std::size_t next_checkpoint_;
+  bool try_proportional_;
+  std::size_t min_proportional_items_;
   std::string incumbent_source_ = "greedy";  // where a plan outside the history tree came from
   bool proven_by_bound_ = false;
   std::optional<CardinalityBounds> cardinality_;

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -117,6 +118,23 @@ std::optional<CoreEnumeration> enumerate_core(const ReducedProblem& p,
                                               std::size_t break_pos, std::int64_t room,
                                               std::size_t half_items, PlannerMemory& memory);
 
+// Small near-proportional instances (see proportional_search.cpp): the best plan that beats
+// `incumbent`, or a proof that none does. kGaveUp when the instance is not near-proportional
+// enough (its flip listings pass a cap) or n > kProportionalMaxItems; kDeadline when the
+// deadline passed, with the bound proven so far. `take` is empty when no better plan was found.
+// `value_step` > 0: every runtime is an integral multiple of it (sums exact), so a better plan
+// gains at least that much; 0 otherwise.
+inline constexpr std::size_t kProportionalMaxItems = 64;
+struct ProportionalOutcome {
+  enum Status { kGaveUp, kProven, kDeadline } status = kGaveUp;
+  std::vector<char> take;
+  double best_value = 0;                                         // of `take`, or the incumbent
+  double upper_bound = std::numeric_limits<double>::infinity();  // on every plan
+};
+ProportionalOutcome proportional_search(const ReducedProblem& p, double incumbent,
+                                        double value_step, PlannerMemory& memory,
+                                        std::optional<Clock::time_point> deadline);
+
 // Identical items bundled by binary splitting (see duplicate_bundles.cpp). Bundle k stands for
 // bundle_count[k] copies of group bundle_group[k]; a group's items are
 // members[group_start[g] .. group_start[g + 1]), lowest index first. problem.original_index holds
@@ -146,6 +164,9 @@ struct ExactTuning {
   bool bundle_only_if_halved = true;
   std::size_t max_enumerated_half = 20;  // core enumeration: 2^half sums a half
   bool shift = true;                     // the cardinality-shifted second search
+  bool proportional = true;              // proportional_search for n <= 64
+  // Up to 2 x 16 items, core enumeration over every item is exact and cheaper.
+  std::size_t min_proportional_items = 33;
 };
 
 ReducedSolution solve_exact(const ReducedProblem& p, PlannerMemory& memory,

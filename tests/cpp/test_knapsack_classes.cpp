@@ -68,6 +68,10 @@ TEST(Classes, EveryPathEqualsBruteForceOnEachClass) {
       for (std::size_t checkpoint : {1, 3, 8192}) {
         for (std::size_t bundled : {1, 64}) {
           detail::ExactTuning tuning;
+          // proportional_search takes over every small instance that reaches a checkpoint: off
+          // here except in one setting, so that the other paths run too.
+          tuning.proportional = checkpoint == 3 && bundled == 64;
+          tuning.min_proportional_items = 0;
           tuning.first_checkpoint = checkpoint;
           tuning.min_bundled_items = bundled;
           tuning.bundle_only_if_halved = bundled > 1;
@@ -90,6 +94,7 @@ TEST(Classes, EveryPathEqualsBruteForceOnEachClass) {
   EXPECT_TRUE(ran("duplicates_bundled"));
   EXPECT_TRUE(ran("core_enumeration"));
   EXPECT_TRUE(ran("meet_in_the_middle"));
+  EXPECT_TRUE(ran("proportional_search"));
 }
 
 // Few distinct items, ties, zero weights and non-positive runtimes: bundles of every size.
@@ -102,6 +107,7 @@ TEST(Classes, BundledDuplicatesEqualBruteForce) {
     for (std::size_t checkpoint : {1, 8192}) {
       detail::ExactTuning tuning;
       tuning.first_checkpoint = checkpoint;
+      tuning.proportional = false;
       tuning.min_bundled_items = 1;
       tuning.bundle_only_if_halved = false;
       tuning.max_enumerated_half = 2;
