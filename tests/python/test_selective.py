@@ -156,3 +156,28 @@ def _plain(blocks, h):
     for block in blocks:
         h = block(h)
     return h
+
+
+def test_auto_checkpoint_passes_granularity_on():
+    """auto_checkpoint(granularity="block") plans whole-block regions only (the keyword used
+    to be dropped on the way to the handle, so every plan was op-level)."""
+    import remat.torch as rt
+
+    torch.manual_seed(0)
+    model, _, tokens = models.make_llama(depth=4, width=64, heads=4, seq=32, batch=2)
+    measured = rt.measure(model, tokens, verbose=False)
+    least, everything = measured.least_budget_bytes, measured.no_checkpoint_bytes
+    selective_regions = {}
+    for granularity in ("block", "op"):
+        count = 0
+        for fraction in (0.6, 0.35, 0.15):
+            budget = least + int(fraction * (everything - least))
+            handle = rt.auto_checkpoint(model, memory_budget=budget, granularity=granularity)
+            assert handle.granularity == granularity
+            models.loss(model(tokens)).backward()
+            count += sum(option >= 0 for option in handle.plan.options)
+            handle.remove()
+        selective_regions[granularity] = count
+    assert selective_regions["block"] == 0 and selective_regions["op"] > 0, selective_regions
+    with pytest.raises(ValueError):
+        rt.auto_checkpoint(model, memory_budget="1GiB", granularity="ops")

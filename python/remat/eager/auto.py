@@ -397,7 +397,9 @@ def auto_checkpoint(
     _log.info("auto_checkpoint: blocks %s", chosen.describe())
     if verbose:
         print(f"remat.auto_checkpoint: blocks {chosen.describe()}")
-    handle = AutoCheckpoint(model, chosen, budget, slots, tune, microbatches_in_flight, plan_group)
+    handle = AutoCheckpoint(
+        model, chosen, budget, slots, tune, microbatches_in_flight, plan_group, granularity
+    )
     if example_inputs is not None or example_kwargs is not None:
         try:
             _measure_forward(model, example_inputs or (), example_kwargs or {})
