@@ -45,7 +45,7 @@ from torch.utils.checkpoint import (
 )
 
 from .. import _solve
-from ..saved_memory import sac_storage, storage_key
+from ..saved_memory import is_traced, sac_storage, storage_key
 from ._runtime import _detached, _synchronize, _tensors
 from .profile import SaveRecorder
 
@@ -230,6 +230,12 @@ def menu(profile: OpProfile, entries: int = 12) -> list[MenuEntry]:
     return front
 
 
+def _same_op(name: str) -> str:
+    """torch.compile's tracing dispatches aten.view where eager dispatched aten._unsafe_view
+    (reshape of a fresh tensor); both alias their input and are never cached."""
+    return "aten.view.default" if name == "aten._unsafe_view.default" else name
+
+
 class _Policy:
     """The SAC policy of one menu entry for one forward of its layer: the i-th op (in dispatch
     order, SAC's ignored ops left out) is saved when i is cached. If the ops seen differ from
@@ -245,7 +251,9 @@ class _Policy:
     def __call__(self, ctx: Any, func: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
         index = self.index
         self.index += 1
-        if not self.diverged and (index >= len(self.names) or str(func) != self.names[index]):
+        if not self.diverged and (
+            index >= len(self.names) or _same_op(str(func)) != _same_op(self.names[index])
+        ):
             self.diverged = True
             warnings.warn(
                 f"remat: {self.label} ran op {func} at position {index}, not the profiled "
@@ -256,7 +264,9 @@ class _Policy:
             )
         if self.diverged or index not in self.cached:
             return CheckpointPolicy.PREFER_RECOMPUTE
-        self.cached_storages |= {storage_key(t) for t in _tensors(ctx.op_output)}
+        self.cached_storages |= {
+            storage_key(t) for t in _tensors(ctx.op_output) if not is_traced(t)
+        }
         return CheckpointPolicy.MUST_SAVE
 
 
