@@ -443,9 +443,7 @@ def write_report(
         f"# Op-level checkpointing, Llama-style decoder ({device})",
         "",
         f"torch {torch.__version__}, {torch.cuda.get_device_name() if device == 'cuda' else platform.processor() or 'cpu'}, "
-        f"{dtype}, config {config}; `python bench/eager_ops.py {' '.join(sys.argv[1:])}`".replace(
-            " `", "`"
-        ),
+        f"{dtype}, config {config}; `{' '.join(['python bench/eager_ops.py', *sys.argv[1:]])}`",
         "",
         f"Blocks' saved bytes: no checkpoint {format_bytes(everything)}, least remat accepts "
         f"{format_bytes(least)}. Plain step {plain['seconds'] * 1e3:.1f} ms, peak "
