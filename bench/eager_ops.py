@@ -212,26 +212,34 @@ def sac_milp_plans(config, device, dtype, tokens, budgets, everything) -> dict[s
     return {"estimate_seconds": estimate_seconds, "baseline_bytes": baseline, "plans": plans}
 
 
+MILP_DIVERGED: dict[str, str] = {}  # label -> the first op that differed (stated in the report)
+
+
 def sac_milp_contexts(names: tuple[str, ...], saved: tuple[int, ...], label: str):
     """A block's policy from torch's per-module MILP: the i-th op SACEstimator recorded (its
-    OPS_TO_ALWAYS_SKIP left out) is saved when saved[i] is 1. An op that differs from the
-    recorded one is an error, not a silent misalignment."""
+    OPS_TO_ALWAYS_SKIP left out) is saved when saved[i] is 1. From an op that differs from the
+    recorded one on, everything is re-computed (always correct), and the report says so."""
     from torch.distributed._tools.sac_estimator import OPS_TO_ALWAYS_SKIP
 
     def contexts():
-        position = [0]
+        state = {"position": 0, "diverged": False}
 
         def policy(ctx, func, *args, **kwargs):
             if func in OPS_TO_ALWAYS_SKIP:
                 return CheckpointPolicy.PREFER_RECOMPUTE
-            index = position[0]
-            position[0] += 1
+            index = state["position"]
+            state["position"] += 1
             if index >= len(names) or func._overloadpacket.__name__ != names[index]:
-                raise RuntimeError(
-                    f"{label}: op {index} is {func}, SACEstimator recorded "
-                    f"{names[index] if index < len(names) else 'none'}"
-                )
-            return CheckpointPolicy.MUST_SAVE if saved[index] else CheckpointPolicy.PREFER_RECOMPUTE
+                if not state["diverged"]:
+                    MILP_DIVERGED.setdefault(
+                        label,
+                        f"op {index} is {func}, SACEstimator recorded "
+                        f"{names[index] if index < len(names) else 'none'}",
+                    )
+                state["diverged"] = True
+            if state["diverged"] or not saved[index]:
+                return CheckpointPolicy.PREFER_RECOMPUTE
+            return CheckpointPolicy.MUST_SAVE
 
         return create_selective_checkpoint_contexts(policy)
 
@@ -562,6 +570,17 @@ def milp_report(milp, budgets, results, outside, device) -> list[str]:
             f"{format_bytes(p['predicted_peak_bytes'])} | {format_bytes(r['peak'])} | "
             f"{r['seconds'] * 1e3:.1f} ms | {'yes' if r['peak'] <= budget + outside else 'no'} |"
         )
+    if MILP_DIVERGED:
+        lines += [
+            "",
+            "Policies that met other ops than SACEstimator recorded (re-computed from there):",
+        ]
+        lines += [f"- {label}: {what}" for label, what in sorted(MILP_DIVERGED.items())]
+    else:
+        lines += [
+            "",
+            "Every block ran the ops SACEstimator recorded, in order: each policy applied as planned.",
+        ]
     return lines + [""]
 
 
