@@ -213,6 +213,7 @@ def sac_milp_plans(config, device, dtype, tokens, budgets, everything) -> dict[s
 
 
 MILP_DIVERGED: dict[str, str] = {}  # label -> the first op that differed (stated in the report)
+MILP_APPLIED: set[str] = set()  # labels whose policy ran
 
 
 def sac_milp_contexts(names: tuple[str, ...], saved: tuple[int, ...], label: str):
@@ -223,6 +224,7 @@ def sac_milp_contexts(names: tuple[str, ...], saved: tuple[int, ...], label: str
 
     def contexts():
         state = {"position": 0, "diverged": False}
+        MILP_APPLIED.add(label)
 
         def policy(ctx, func, *args, **kwargs):
             if func in OPS_TO_ALWAYS_SKIP:
@@ -576,10 +578,11 @@ def milp_report(milp, budgets, results, outside, device) -> list[str]:
             "Policies that met other ops than SACEstimator recorded (re-computed from there):",
         ]
         lines += [f"- {label}: {what}" for label, what in sorted(MILP_DIVERGED.items())]
-    else:
+    elif MILP_APPLIED:
         lines += [
             "",
-            "Every block ran the ops SACEstimator recorded, in order: each policy applied as planned.",
+            f"Each of the {len(MILP_APPLIED)} blocks run with a sac_milp policy ran the ops "
+            "SACEstimator recorded, in order: every policy applied as planned.",
         ]
     return lines + [""]
 
