@@ -170,7 +170,11 @@ class AutoCheckpoint:
     # --- steps -------------------------------------------------------------------------------
 
     def _active(self) -> bool:
-        return torch.is_grad_enabled() and not in_backward() and self._inside == 0
+        # Under torch.compile's tracing the call is a forward one (a block called again in
+        # backward finds no step: the step ends with the model's forward), and asking autograd
+        # would break the graph.
+        backward = not torch.compiler.is_compiling() and in_backward()
+        return torch.is_grad_enabled() and not backward and self._inside == 0
 
     @torch.compiler.disable  # bookkeeping and planning: never traced
     def _begin_step(self, _model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]):
