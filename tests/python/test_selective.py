@@ -301,3 +301,32 @@ def test_op_level_plans_under_torch_compile(compiled):
         for i, block in enumerate(originals):
             blocks[i] = block
         torch._dynamo.reset()
+
+
+def test_policy_that_meets_other_ops_under_torch_compile_warns():
+    """What does not hold under torch.compile is said, not hidden: tracing dispatches CPU
+    dropout as aten.native_dropout where eager (and so the profile) had empty_like, bernoulli_
+    and div_. The policy then re-computes from that op on and warns; gradients stay exact."""
+    import torch._dynamo
+
+    layer, h = layer_and_input("gpt")
+    with _PreservedState([layer], {h.device}):
+        ops = selective.profile_ops(layer, (h,), {}, set(), repeats=0)
+    entry = selective.menu(ops)[-1]  # caches the most
+    contexts = selective.context_fn(ops, entry, "gpt block")
+
+    def run(x):
+        return checkpoint(layer, x, use_reentrant=False, context_fn=contexts)
+
+    torch.manual_seed(5)
+    reference = torch.autograd.grad(layer(h).sum(), [h, *layer.parameters()])
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(run, backend="aot_eager")
+        torch.manual_seed(5)
+        with pytest.warns(RuntimeWarning, match="native_dropout.*remaining ops are re-computed"):
+            out = compiled(h)
+        grads = torch.autograd.grad(out.sum(), [h, *layer.parameters()])
+    finally:
+        torch._dynamo.reset()
+    assert all(torch.equal(a, b) for a, b in zip(grads, reference))
