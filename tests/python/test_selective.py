@@ -303,17 +303,23 @@ def test_op_level_plans_under_torch_compile(compiled):
         torch._dynamo.reset()
 
 
-def test_policy_that_meets_other_ops_under_torch_compile_warns():
-    """What does not hold under torch.compile is said, not hidden: tracing dispatches CPU
-    dropout as aten.native_dropout where eager (and so the profile) had empty_like, bernoulli_
-    and div_. The policy then re-computes from that op on and warns; gradients stay exact."""
+def test_policy_realigns_on_ops_traced_otherwise_under_torch_compile():
+    """What differs under torch.compile is said, not hidden: tracing dispatches CPU dropout as
+    aten.native_dropout where eager (and so the profile) ran empty_like, bernoulli_, div_ and
+    mul. The policy warns, re-computes the differing ops and keeps the plan's ops after them
+    (in eager, a difference re-computes everything after it); gradients stay exact."""
     import torch._dynamo
 
     layer, h = layer_and_input("gpt")
     with _PreservedState([layer], {h.device}):
         ops = selective.profile_ops(layer, (h,), {}, set(), repeats=0)
     entry = selective.menu(ops)[-1]  # caches the most
-    contexts = selective.context_fn(ops, entry, "gpt block")
+    names = tuple(op.name for op in ops.ops)
+    policies = []
+
+    def contexts():
+        policies.append(selective._Policy(names, entry.cached, "gpt block"))
+        return create_selective_checkpoint_contexts(policies[-1])
 
     def run(x):
         return checkpoint(layer, x, use_reentrant=False, context_fn=contexts)
@@ -324,9 +330,15 @@ def test_policy_that_meets_other_ops_under_torch_compile_warns():
     try:
         compiled = torch.compile(run, backend="aot_eager")
         torch.manual_seed(5)
-        with pytest.warns(RuntimeWarning, match="native_dropout.*remaining ops are re-computed"):
+        with pytest.warns(RuntimeWarning, match="native_dropout.*realigns"):
             out = compiled(h)
         grads = torch.autograd.grad(out.sum(), [h, *layer.parameters()])
     finally:
         torch._dynamo.reset()
     assert all(torch.equal(a, b) for a, b in zip(grads, reference))
+    first_dropout = min(i for i, name in enumerate(names) if "bernoulli" in name)
+    assert policies  # one per trace AOTAutograd makes of the region
+    for policy in policies:
+        assert policy.realigned and not policy.diverged
+        assert set(policy.kept) <= entry.cached
+        assert any(i > first_dropout for i in policy.kept), (policy.kept, first_dropout)
