@@ -149,7 +149,7 @@ def step_peak(forward: fx.GraphModule, backward: fx.GraphModule, num_user_output
     inputs = _placeholder_keys(forward.graph)
     forward_walk = walk_graph(forward.graph, {}, kept=set(inputs))
     output_node = next(iter(forward.graph.find_nodes(op="output")))
-    returned = [arg for arg in output_node.all_input_nodes]
+    returned = output_node.all_input_nodes
     flat = list(torch.utils._pytree.arg_tree_leaves(*output_node.args))
     user_nodes = [arg for arg in flat[:num_user_outputs] if isinstance(arg, fx.Node)]
     user = {k: v for n in user_nodes for k, v in _storages(n).items() if k not in inputs}

@@ -56,17 +56,13 @@ def forward_output_count(joint_graph: fx.Graph) -> int:
             "remat.torch.use(memory_budget=...): the joint graph's outputs carry no descriptors "
             "('desc' meta), so the forward outputs cannot be told from the gradients"
         )
-    descs = list(torch_tree_leaves(descs))
+    import torch.utils._pytree as pytree
+
+    descs = pytree.tree_leaves(descs)
     for index, desc in enumerate(descs):
         if isinstance(desc, GradAOTOutput):
             return index
     return len(descs)
-
-
-def torch_tree_leaves(value: Any) -> list[Any]:
-    import torch.utils._pytree as pytree
-
-    return pytree.tree_leaves(value)
 
 
 def aggressive_options() -> Any:
@@ -106,6 +102,9 @@ class Partitioner:
         self.node_info = node_info
         self.num_fwd_outputs = forward_output_count(joint_graph)
         self.options = aggressive_options()
+        # What this torch's partitioner offers, looked up once rather than per candidate.
+        self._is_opaque = _opaque_test()
+        self._extract_accepts = _parameters(partitioners._extract_fwd_bwd_modules)
         self._by_saved: dict[frozenset[str], Partition] = {}
 
     def __call__(self, recomputed: Sequence[fx.Node]) -> Partition:
@@ -124,16 +123,15 @@ class Partitioner:
         return self._by_saved[key]
 
     def _peak(self, saved_values: list[fx.Node]) -> StepPeak:
-        is_opaque = _opaque_test()
         sym = [n for n in saved_values if partitioners.is_sym_node(n)]
-        opaque = [n for n in saved_values if is_opaque(n)]
+        opaque = [n for n in saved_values if self._is_opaque(n)]
         tensors = [n for n in saved_values if n not in sym and n not in opaque]
         # Keyword arguments torch added over releases (2.11 lacks saved_opaque_nodes).
         optional = {
             "saved_opaque_nodes": opaque,
             "static_lifetime_input_nodes": self.node_info.static_lifetime_input_nodes,
         }
-        accepted = _parameters(partitioners._extract_fwd_bwd_modules)
+        accepted = self._extract_accepts
         if opaque and "saved_opaque_nodes" not in accepted:
             raise RuntimeError(
                 "remat.torch.use(memory_budget=...): the graph saves opaque objects, which this "

@@ -102,7 +102,7 @@ def tradeoff(
     is ``loss(model(*example_inputs, **example_kwargs)).backward()``, and gradients are cleared
     after each one. Calls ``torch._dynamo.reset()`` before each compile,
     since torch.compile's caches do not see the budget."""
-    from ..torch import node_runtimes, use  # noqa: F401  (the adapter owns the solver)
+    from ..torch import use  # the adapter owns the solver
     from torch._functorch import config as functorch_config
 
     def training_loss(*args: Any, **kwargs: Any) -> torch.Tensor:
