@@ -14,6 +14,11 @@ saved bytes, every method runs the same training step (forward, cross-entropy, b
 - full activation checkpointing per block;
 - torchtitan's per-op policy (written here after its description: save matmuls and attention,
   recompute every second matmul; each block a selective region);
+- torch's ``sac_milp`` (``torch.distributed._tools``, needs ``pip install pulp pwlf``): its
+  SACEstimator, MemTracker and RuntimeEstimator run the step under FakeTensorMode, its PuLP/CBC
+  MILP picks a discard ratio per block for the budget, and torch's
+  ``get_optimal_checkpointing_policy_per_module`` turns each ratio into the block's per-op SAC
+  policy (see ``sac_milp_plans``);
 - no checkpointing.
 
 Peak: on CUDA ``torch.cuda.max_memory_allocated`` over the step above what was allocated before
@@ -26,6 +31,7 @@ repeats, all methods interleaved in a shuffled order each round.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import pathlib
 import platform
@@ -91,6 +97,159 @@ class Wrapped(torch.nn.Module):
         return checkpoint(self.block, x, use_reentrant=False, context_fn=self.context_fn)
 
 
+class _WallClockEvent:
+    """torch.cuda.Event's timing interface on the host clock (for RuntimeEstimator on CPU)."""
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        self.seconds = 0.0
+
+    def record(self, stream: Any = None) -> None:
+        self.seconds = time.perf_counter()
+
+    def elapsed_time(self, end: "_WallClockEvent") -> float:
+        return (end.seconds - self.seconds) * 1e3
+
+
+@contextlib.contextmanager
+def _host_timed_estimator(device: str):
+    """torch's RuntimeEstimator benchmarks each op between two torch.cuda.Events and its
+    roofline mode asserts CUDA, so on a CPU-only torch neither runs ("Tried to instantiate
+    dummy base class Event"). On CPU its benchmark mode is run with the events timed by the
+    host clock (ops on CPU are synchronous); on CUDA nothing is changed."""
+    if device == "cuda":
+        yield
+        return
+    from unittest import mock
+
+    with (
+        mock.patch.object(torch.cuda, "Event", _WallClockEvent),
+        mock.patch.object(torch.cuda, "current_stream", lambda *a, **k: None),
+        mock.patch.object(torch.cuda, "synchronize", lambda *a, **k: None),
+    ):
+        yield
+
+
+def sac_milp_plans(config, device, dtype, tokens, budgets, everything) -> dict[str, Any]:
+    """torch's own SAC planner, as its tests drive it: MemTracker, RuntimeEstimator and
+    SACEstimator over one training step of a fake copy of the model (FakeTensorMode, operator
+    benchmarks), ``aggregate_stats`` and ``parse_module_info`` into a module graph, then at each
+    budget ``sac_milp`` (PuLP/CBC) for per-block discard ratios, each turned by
+    ``get_optimal_checkpointing_policy_per_module`` into which of the block's ops SAC saves.
+
+    Budgets: sac_milp bounds its modelled peak (parameters, gradients, activations, activation
+    gradients) in GiB; a budget here is the blocks' saved bytes, so the MILP is asked for the
+    same reduction below its own no-checkpoint peak: its baseline peak - (everything - budget).
+    AC units are restricted to the blocks (as every other method here acts on blocks; left
+    free, the MILP may also pick the whole model as one unit)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.ilp_utils import (
+        aggregate_stats,
+        get_peak_memory_runtime_baseline,
+        parse_module_info,
+    )
+    from torch.distributed._tools.mem_tracker import MemTracker
+    from torch.distributed._tools.runtime_estimator import RuntimeEstimator
+    from torch.distributed._tools.sac_estimator import SACEstimator
+    from torch.distributed._tools.sac_ilp import (
+        get_optimal_checkpointing_policy_per_module,
+        sac_milp,
+    )
+
+    mode = "operator-level-benchmark"
+    start = time.perf_counter()
+    fake_mode = FakeTensorMode()
+    fake_tokens = fake_mode.from_tensor(tokens)
+    with fake_mode, _host_timed_estimator(device):
+        torch.manual_seed(0)
+        default_dtype = torch.get_default_dtype()
+        torch.set_default_dtype(dtype)  # Module.to() cannot swap fake parameters
+        try:
+            with torch.device(device):
+                fake, _, _ = models.make_llama(**config)
+        finally:
+            torch.set_default_dtype(default_dtype)
+        memory = MemTracker()
+        memory.track_external(fake)
+        with memory:
+            run_step(fake, fake_tokens)
+        runtime = RuntimeEstimator()
+        with runtime(estimate_mode_type=mode):
+            run_step(fake, fake_tokens)
+        estimator = SACEstimator()
+        with estimator(estimate_mode_type=mode):
+            loss = models.loss(fake(fake_tokens))
+        loss.backward()
+        info = aggregate_stats(fake, memory, runtime, estimator, torch.device(device))
+    estimate_seconds = time.perf_counter() - start
+    graph = parse_module_info(info)
+    baseline, _ = get_peak_memory_runtime_baseline(graph)
+    root = graph.nodes[0]["fqn"]
+    units = [f"{root}.layers.{i}" for i in range(config["depth"])]
+    plans: dict[int, dict[str, Any]] = {}
+    for budget in budgets:
+        target = baseline - (everything - budget)
+        start = time.perf_counter()
+        ratios, recompute_ms, peak = sac_milp(
+            graph, memory_budget=target / 2**30, world_size=1, ac_units=units
+        )
+        solve_seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        policies = {}
+        for fqn, ratio in ratios.items():
+            stats = estimator.sac_mod_stats[fqn]
+            # sac_milp's ratio is the share of the block's SAC memory to discard; torch's
+            # per-module MILP takes the share to keep.
+            saved = get_optimal_checkpointing_policy_per_module(stats, max(0.0, 1 - ratio))
+            policies[int(fqn.rsplit(".", 1)[1])] = (tuple(stats.func_names), tuple(saved))
+        plans[budget] = {
+            "milp_budget_bytes": target,
+            "feasible": peak >= 0,
+            "discard_ratios": ratios,
+            "predicted_recompute_ms": recompute_ms,
+            "predicted_peak_bytes": peak,
+            "solve_seconds": solve_seconds,
+            "policy_seconds": time.perf_counter() - start,  # the per-block MILPs
+            "policies": policies,
+        }
+    return {"estimate_seconds": estimate_seconds, "baseline_bytes": baseline, "plans": plans}
+
+
+MILP_DIVERGED: dict[str, str] = {}  # label -> the first op that differed (stated in the report)
+MILP_APPLIED: set[str] = set()  # labels whose policy ran
+
+
+def sac_milp_contexts(names: tuple[str, ...], saved: tuple[int, ...], label: str):
+    """A block's policy from torch's per-module MILP: the i-th op SACEstimator recorded (its
+    OPS_TO_ALWAYS_SKIP left out) is saved when saved[i] is 1. From an op that differs from the
+    recorded one on, everything is re-computed (always correct), and the report says so."""
+    from torch.distributed._tools.sac_estimator import OPS_TO_ALWAYS_SKIP
+
+    def contexts():
+        state = {"position": 0, "diverged": False}
+        MILP_APPLIED.add(label)
+
+        def policy(ctx, func, *args, **kwargs):
+            if func in OPS_TO_ALWAYS_SKIP:
+                return CheckpointPolicy.PREFER_RECOMPUTE
+            index = state["position"]
+            state["position"] += 1
+            if index >= len(names) or func._overloadpacket.__name__ != names[index]:
+                if not state["diverged"]:
+                    MILP_DIVERGED.setdefault(
+                        label,
+                        f"op {index} is {func}, SACEstimator recorded "
+                        f"{names[index] if index < len(names) else 'none'}",
+                    )
+                state["diverged"] = True
+            if state["diverged"] or not saved[index]:
+                return CheckpointPolicy.PREFER_RECOMPUTE
+            return CheckpointPolicy.MUST_SAVE
+
+        return create_selective_checkpoint_contexts(policy)
+
+    return contexts
+
+
 def sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
@@ -131,10 +290,20 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--budgets", type=int, default=4)
     parser.add_argument("--out", type=pathlib.Path, default=ROOT / "bench/results/eager_ops")
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="model size as key=value,... over the device's default (e.g. depth=2,seq=64)",
+    )
+    parser.add_argument("--no-sac-milp", action="store_true", help="leave torch's sac_milp out")
     args = parser.parse_args()
     device = args.device
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    config = CONFIGS[device]
+    config = dict(CONFIGS[device])
+    if args.config:
+        for item in args.config.split(","):
+            key, value = item.split("=")
+            config[key] = int(value)
     torch.manual_seed(0)
     model, blocks, tokens = models.make_llama(**config)
     model.to(device=device, dtype=dtype)
@@ -212,6 +381,30 @@ def main() -> None:
             Method(f"remat op {format_bytes(budget)}", remat_setup(budget, "op")),
             Method(f"remat block {format_bytes(budget)}", remat_setup(budget, "block")),
         ]
+    milp: dict[str, Any] = {"skipped": "--no-sac-milp"} if args.no_sac_milp else {}
+    if not args.no_sac_milp:
+        try:
+            milp = sac_milp_plans(config, device, dtype, tokens, budgets, everything)
+        except ImportError as error:  # pulp or pwlf missing
+            milp = {"skipped": f"{type(error).__name__}: {error}"}
+        for budget, found in milp.get("plans", {}).items():
+            if not found["feasible"]:
+                continue
+            contexts = {
+                i: sac_milp_contexts(names, saved, f"sac_milp layer {i}")
+                for i, (names, saved) in found["policies"].items()
+            }
+
+            def milp_setup(contexts=contexts):
+                reset_layers(
+                    [
+                        Wrapped(b, contexts[i]) if i in contexts else b
+                        for i, b in enumerate(originals)
+                    ]
+                )
+                return lambda: run_step(model, tokens)
+
+            methods.append(Method(f"sac_milp {format_bytes(budget)}", milp_setup))
     results: dict[str, dict] = {}
     for method in methods:
         step = method.setup()
@@ -238,18 +431,31 @@ def main() -> None:
         r["seconds"] = statistics.median(r["times"])
     plain = results["no checkpointing"]
     outside = max(0, plain["peak"] - everything)
-    report = write_report(args, device, dtype, config, results, budgets, plain, outside, least,
-                          everything, handles)
+    report = write_report(
+        args,
+        device,
+        dtype,
+        config,
+        results,
+        budgets,
+        plain,
+        outside,
+        least,
+        everything,
+        handles,
+        milp,
+    )
     print(report)
 
 
-def write_report(args, device, dtype, config, results, budgets, plain, outside, least,
-                 everything, handles) -> str:
+def write_report(
+    args, device, dtype, config, results, budgets, plain, outside, least, everything, handles, milp
+) -> str:
     lines = [
         f"# Op-level checkpointing, Llama-style decoder ({device})",
         "",
         f"torch {torch.__version__}, {torch.cuda.get_device_name() if device == 'cuda' else platform.processor() or 'cpu'}, "
-        f"{dtype}, config {config}; `python bench/eager_ops.py --device {device}`",
+        f"{dtype}, config {config}; `{' '.join(['python bench/eager_ops.py', *sys.argv[1:]])}`",
         "",
         f"Blocks' saved bytes: no checkpoint {format_bytes(everything)}, least remat accepts "
         f"{format_bytes(least)}. Plain step {plain['seconds'] * 1e3:.1f} ms, peak "
@@ -302,19 +508,85 @@ def write_report(args, device, dtype, config, results, budgets, plain, outside, 
         f"(op overhead <= half of region-only's): "
         f"{'met' if op_over <= block_over / 2 else 'missed'}.",
         "",
-        "## remat's plans",
-        "",
     ]
+    lines += milp_report(milp, budgets, results, outside, device)
+    lines += ["## remat's plans", ""]
     for (budget, granularity), handle in sorted(handles.items()):
         if granularity == "op":
             lines += [f"### {format_bytes(budget)}", "", "```", str(handle.plan), "```", ""]
     text = "\n".join(lines)
+    milp_json = {k: v for k, v in milp.items() if k != "plans"}
+    milp_json["plans"] = {
+        str(b): {k: v for k, v in p.items() if k != "policies"}
+        | {"saved_ops": {i: sum(saved) for i, (_, saved) in p["policies"].items()}}
+        for b, p in milp.get("plans", {}).items()
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"README_{device}.md").write_text(text)
     (args.out / f"results_{device}.json").write_text(
-        json.dumps({name: {k: v for k, v in r.items()} for name, r in results.items()}, indent=1)
+        json.dumps(
+            {"methods": results, "sac_milp": milp_json, "config": config, "repeats": args.repeats},
+            indent=1,
+            default=str,
+        )
     )
     return text
+
+
+def milp_report(milp, budgets, results, outside, device) -> list[str]:
+    lines = ["## torch's sac_milp", ""]
+    if "skipped" in milp:
+        return lines + [f"Not run: {milp['skipped']}.", ""]
+    lines += [
+        f"SACEstimator, MemTracker and RuntimeEstimator (operator benchmarks"
+        f"{', timed by the host clock: see _host_timed_estimator' if device == 'cpu' else ''})"
+        f" over one fake step took {milp['estimate_seconds']:.1f} s; sac_milp's own "
+        f"no-checkpoint peak (parameters, gradients, activations) is "
+        f"{format_bytes(milp['baseline_bytes'])}, and at each budget it is asked for that minus "
+        "(the blocks' no-checkpoint saved bytes - the budget). Discard ratios are per block "
+        "(blocks not listed run plainly); saved ops are what torch's per-module MILP keeps.",
+        "",
+        "| budget | MILP budget | sac_milp solve | per-block MILPs | blocks: discard ratio (ops saved) | predicted peak | measured peak | step | fits |",
+        "| ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- |",
+    ]
+    for budget in budgets:
+        p = milp["plans"][budget]
+        name = f"sac_milp {format_bytes(budget)}"
+        ratios = (
+            ", ".join(
+                f"{fqn.rsplit('.', 1)[1]}: {r:.2f} ({sum(p['policies'][int(fqn.rsplit('.', 1)[1])][1])} ops)"
+                for fqn, r in sorted(
+                    p["discard_ratios"].items(), key=lambda kv: int(kv[0].rsplit(".", 1)[1])
+                )
+            )
+            or "none"
+        )
+        if not p["feasible"]:
+            lines.append(
+                f"| {format_bytes(budget)} | {format_bytes(p['milp_budget_bytes'])} | "
+                f"{p['solve_seconds'] * 1e3:.0f} ms | | infeasible | | | | |"
+            )
+            continue
+        r = results[name]
+        lines.append(
+            f"| {format_bytes(budget)} | {format_bytes(p['milp_budget_bytes'])} | "
+            f"{p['solve_seconds'] * 1e3:.0f} ms | {p['policy_seconds'] * 1e3:.0f} ms | {ratios} | "
+            f"{format_bytes(p['predicted_peak_bytes'])} | {format_bytes(r['peak'])} | "
+            f"{r['seconds'] * 1e3:.1f} ms | {'yes' if r['peak'] <= budget + outside else 'no'} |"
+        )
+    if MILP_DIVERGED:
+        lines += [
+            "",
+            "Policies that met other ops than SACEstimator recorded (re-computed from there):",
+        ]
+        lines += [f"- {label}: {what}" for label, what in sorted(MILP_DIVERGED.items())]
+    elif MILP_APPLIED:
+        lines += [
+            "",
+            f"Each of the {len(MILP_APPLIED)} blocks run with a sac_milp policy ran the ops "
+            "SACEstimator recorded, in order: every policy applied as planned.",
+        ]
+    return lines + [""]
 
 
 if __name__ == "__main__":

@@ -67,7 +67,9 @@ class _MeteredSACStore(dict):  # type: ignore[type-arg]
         super().__setitem__(index, entry)
         for wrapper in entry if isinstance(entry, (list, tuple)) else [entry]:
             value = getattr(wrapper, "val", None)
-            if isinstance(value, torch.Tensor):
+            # Under torch.compile the modes run while AOTAutograd traces, on fake tensors that
+            # own no memory; what the compiled step saves, the meter's pack hook sees.
+            if isinstance(value, torch.Tensor) and not is_traced(value):
                 for meter in self._meters:
                     meter._hold(wrapper, value)
 
@@ -85,6 +87,13 @@ class _Saved:
 
     def __init__(self, tensor: torch.Tensor) -> None:
         self.tensor = tensor
+
+
+def is_traced(tensor: torch.Tensor) -> bool:
+    """A tensor of torch.compile's tracing (fake, or functional over fake): it has no storage."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    return is_fake(tensor)
 
 
 def storage_key(tensor: torch.Tensor) -> tuple[str, int, int]:

@@ -170,8 +170,13 @@ class AutoCheckpoint:
     # --- steps -------------------------------------------------------------------------------
 
     def _active(self) -> bool:
-        return torch.is_grad_enabled() and not in_backward() and self._inside == 0
+        # Under torch.compile's tracing the call is a forward one (a block called again in
+        # backward finds no step: the step ends with the model's forward), and asking autograd
+        # would break the graph.
+        backward = not torch.compiler.is_compiling() and in_backward()
+        return torch.is_grad_enabled() and not backward and self._inside == 0
 
+    @torch.compiler.disable  # bookkeeping and planning: never traced
     def _begin_step(self, _model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]):
         if not torch.is_grad_enabled() or in_backward() or self._step is not None:
             return None
@@ -180,6 +185,7 @@ class AutoCheckpoint:
         self._step = _Step(key, found.plan if found else None)
         return None
 
+    @torch.compiler.disable  # bookkeeping and planning: never traced
     def _end_step(self, _model: nn.Module, _args: Any, _output: Any) -> None:
         step, self._step = self._step, None
         if step is None or not step.calls and step.plan is None:
@@ -247,6 +253,10 @@ class AutoCheckpoint:
             context_fn=planned.regions.get(position),
         )
 
+    # The first step is measured eagerly even when the blocks are under torch.compile: the
+    # profile (and so the plan) is the eager one, and compiled code never sees the recording
+    # dispatch modes and saved-tensor hooks.
+    @torch.compiler.disable
     def _measure_and_run(
         self,
         step: _Step,
@@ -397,7 +407,9 @@ def auto_checkpoint(
     _log.info("auto_checkpoint: blocks %s", chosen.describe())
     if verbose:
         print(f"remat.auto_checkpoint: blocks {chosen.describe()}")
-    handle = AutoCheckpoint(model, chosen, budget, slots, tune, microbatches_in_flight, plan_group)
+    handle = AutoCheckpoint(
+        model, chosen, budget, slots, tune, microbatches_in_flight, plan_group, granularity
+    )
     if example_inputs is not None or example_kwargs is not None:
         try:
             _measure_forward(model, example_inputs or (), example_kwargs or {})

@@ -45,7 +45,7 @@ from torch.utils.checkpoint import (
 )
 
 from .. import _solve
-from ..saved_memory import sac_storage, storage_key
+from ..saved_memory import is_traced, sac_storage, storage_key
 from ._runtime import _detached, _synchronize, _tensors
 from .profile import SaveRecorder
 
@@ -230,22 +230,58 @@ def menu(profile: OpProfile, entries: int = 12) -> list[MenuEntry]:
     return front
 
 
+def _same_op(name: str) -> str:
+    """torch.compile's tracing dispatches aten.view where eager dispatched aten._unsafe_view
+    (reshape of a fresh tensor); both alias their input and are never cached."""
+    return "aten.view.default" if name == "aten._unsafe_view.default" else name
+
+
+_REALIGN_WITHIN = 8  # profiled ops a traced op may be ahead of its position
+
+
 class _Policy:
     """The SAC policy of one menu entry for one forward of its layer: the i-th op (in dispatch
     order, SAC's ignored ops left out) is saved when i is cached. If the ops seen differ from
     the profiled ones, everything after the difference is re-computed (always correct) and a
-    warning says so."""
+    warning says so.
+
+    Under torch.compile (the op outputs are tracing's fake tensors) a short stretch may be
+    dispatched otherwise than in eager (CPU dropout traces as native_dropout where eager ran
+    empty_like, bernoulli_, div_, mul). There the policy realigns instead: an op the profile
+    has within the next few positions resumes the plan from it, one it lacks is re-computed;
+    ops of the profile it skips are not kept; a warning says so once."""
 
     def __init__(self, names: tuple[str, ...], cached: frozenset[int], label: str) -> None:
         self.names, self.cached, self.label = names, cached, label
         self.index = 0
         self.diverged = False
+        self.realigned = False
+        self.kept: list[int] = []  # profile positions kept, in order
         self.cached_storages: set[Key] = set()
 
     def __call__(self, ctx: Any, func: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+        if self.diverged:
+            return CheckpointPolicy.PREFER_RECOMPUTE
+        name = _same_op(str(func))
         index = self.index
-        self.index += 1
-        if not self.diverged and (index >= len(self.names) or str(func) != self.names[index]):
+        if index < len(self.names) and _same_op(self.names[index]) == name:
+            self.index += 1
+        elif any(is_traced(t) for t in _tensors(ctx.op_output)):
+            ahead = range(index + 1, min(len(self.names), index + 1 + _REALIGN_WITHIN))
+            found = next((k for k in ahead if _same_op(self.names[k]) == name), None)
+            if not self.realigned:
+                self.realigned = True
+                warnings.warn(
+                    f"remat: {self.label} traced op {func} at position {index}, where eager ran "
+                    f"{self.names[index] if index < len(self.names) else 'none'}; the policy "
+                    "realigns on the ops that follow (the differing ones are re-computed)",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+            if found is None:
+                return CheckpointPolicy.PREFER_RECOMPUTE
+            index, self.index = found, found + 1
+        else:
             self.diverged = True
             warnings.warn(
                 f"remat: {self.label} ran op {func} at position {index}, not the profiled "
@@ -254,9 +290,13 @@ class _Policy:
                 RuntimeWarning,
                 stacklevel=2,
             )
-        if self.diverged or index not in self.cached:
             return CheckpointPolicy.PREFER_RECOMPUTE
-        self.cached_storages |= {storage_key(t) for t in _tensors(ctx.op_output)}
+        if index not in self.cached:
+            return CheckpointPolicy.PREFER_RECOMPUTE
+        self.kept.append(index)
+        self.cached_storages |= {
+            storage_key(t) for t in _tensors(ctx.op_output) if not is_traced(t)
+        }
         return CheckpointPolicy.MUST_SAVE
 
 
