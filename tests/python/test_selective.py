@@ -7,6 +7,7 @@ re-run time counts."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import pytest
@@ -20,6 +21,8 @@ sys.path.insert(0, str(ROOT / "examples"))
 import models  # noqa: E402
 
 from remat import eager as remat_eager  # noqa: E402
+from remat.eager import auto as remat_auto  # noqa: E402
+from remat.eager import profile as remat_profile  # noqa: E402
 from remat.eager import selective  # noqa: E402
 from remat.eager._runtime import _PreservedState  # noqa: E402
 from remat.saved_memory import storage_key  # noqa: E402
@@ -118,11 +121,58 @@ def test_random_views_and_late_ops_are_never_cached():
     assert table.startswith("keeps ") and f"of {len(ops.ops)} ops" in table
 
 
-def test_op_level_plans_fit_measured_with_the_cache_counted():
+def test_attention_is_random_only_with_dropout():
+    """torch tags every scaled_dot_product_attention kernel seeded (for its dropout): with
+    dropout_p > 0 (the GPT block in training) it draws from the RNG and is never cached; with
+    dropout_p == 0 (Llama's) it draws nothing and the menu may cache it, as torchtitan's policy
+    does. test_menu_matches_what_sac_caches_and_reruns checks such entries bit for bit."""
+    for name, random in (("gpt", True), ("llama", False)):
+        layer, h = layer_and_input(name)
+        with _PreservedState([layer], {h.device}):
+            ops = selective.profile_ops(layer, (h,), {}, set(), repeats=0)
+        attention = [op for op in ops.ops if "attention" in op.name]
+        # (On CPU, attention with dropout runs as the math path's ops, its dropout random.)
+        assert attention or random, [op.name for op in ops.ops]
+        assert all((op.why_not == "random") == random for op in attention), (name, attention)
+    assert any(any("attention" in ops.ops[i].name for i in e.cached) for e in selective.menu(ops))
+
+
+def _flop_like_op_times(monkeypatch) -> None:
+    """Op times by kind instead of by clock (matmuls and attention 20 units, every other op 1),
+    every block's forward 1 ms, and no fixed cost per region. The plan then depends on bytes and these ratios, not on a
+    loaded machine's timings (with measured times, noise could make whole regions the cheaper
+    plan and leave nothing selective to check)."""
+    measured = selective.profile_ops
+
+    def profile_ops(*args, **kwargs):
+        ops = measured(*args, **kwargs)
+        heavy = ("mm", "attention", "convolution")
+        timed = tuple(
+            dataclasses.replace(op, seconds=1e-4 * (20 if any(k in op.name for k in heavy) else 1))
+            for op in ops.ops
+        )
+        return dataclasses.replace(ops, ops=timed)
+
+    monkeypatch.setattr(selective, "profile_ops", profile_ops)
+    # The fixed cost of a region too: on these tiny blocks it is comparable to a block's forward,
+    # and its noise alone can flip the plan between selective and whole regions.
+    monkeypatch.setattr(remat_auto, "_region_overhead", lambda *args: 0.0)
+    monkeypatch.setattr(remat_profile, "_region_overhead", lambda *args: 0.0)
+    measure = remat_profile.measure_call
+
+    def measure_call(*args, **kwargs):
+        return dataclasses.replace(measure(*args, **kwargs), forward_seconds=1e-3)
+
+    monkeypatch.setattr(remat_profile, "measure_call", measure_call)
+    monkeypatch.setattr(remat_auto, "measure_call", measure_call)
+
+
+def test_op_level_plans_fit_measured_with_the_cache_counted(monkeypatch):
     """A chain of Llama-style blocks planned at op level: the meter counts SAC's cache too, and
     measured <= predicted <= budget with selective regions in the plan; gradients exact."""
     import remat.torch as rt
 
+    _flop_like_op_times(monkeypatch)
     torch.manual_seed(0)
     model, blocks, tokens = models.make_llama(depth=4, width=64, heads=4, seq=32, batch=2)
     h = model.prologue(tokens).detach().requires_grad_()
@@ -134,7 +184,7 @@ def test_op_level_plans_fit_measured_with_the_cache_counted():
             fraction * (top.no_checkpoint_bytes - top.minimum_budget_bytes)
         )
         plan = rt.plan(blocks, h, memory_budget=budget, tune=False)
-        used += sum(option >= 0 for option in plan.options)
+        used += len(plan.contexts())
         torch.manual_seed(3)
         reference = torch.autograd.grad(
             models.loss(model.epilogue(_plain(blocks, h))),
@@ -158,11 +208,12 @@ def _plain(blocks, h):
     return h
 
 
-def test_auto_checkpoint_passes_granularity_on():
+def test_auto_checkpoint_passes_granularity_on(monkeypatch):
     """auto_checkpoint(granularity="block") plans whole-block regions only (the keyword used
     to be dropped on the way to the handle, so every plan was op-level)."""
     import remat.torch as rt
 
+    _flop_like_op_times(monkeypatch)
     torch.manual_seed(0)
     model, _, tokens = models.make_llama(depth=4, width=64, heads=4, seq=32, batch=2)
     measured = rt.measure(model, tokens, verbose=False)
@@ -175,7 +226,7 @@ def test_auto_checkpoint_passes_granularity_on():
             handle = rt.auto_checkpoint(model, memory_budget=budget, granularity=granularity)
             assert handle.granularity == granularity
             models.loss(model(tokens)).backward()
-            count += sum(option >= 0 for option in handle.plan.options)
+            count += len(handle.plan.contexts())
             handle.remove()
         selective_regions[granularity] = count
     assert selective_regions["block"] == 0 and selective_regions["op"] > 0, selective_regions
@@ -184,7 +235,7 @@ def test_auto_checkpoint_passes_granularity_on():
 
 
 @pytest.mark.parametrize("compiled", ["blocks", "model"])
-def test_op_level_plans_under_torch_compile(compiled):
+def test_op_level_plans_under_torch_compile(compiled, monkeypatch):
     """auto_checkpoint's op-level plan with the blocks (or the whole model) under
     torch.compile (AOTAutograd, eager kernels): the first step measures eagerly (its recording
     is never traced), later steps run compiled with the same plan. Gradients equal the eager,
@@ -204,6 +255,7 @@ def test_op_level_plans_under_torch_compile(compiled):
 
     import remat.torch as rt
 
+    _flop_like_op_times(monkeypatch)
     torch.manual_seed(0)
     model, blocks, tokens = models.make_llama(depth=4, width=64, heads=4, seq=32, batch=2)
     measured = rt.measure(model, tokens, verbose=False)
@@ -267,7 +319,7 @@ def test_op_level_plans_under_torch_compile(compiled):
         # The measuring call, only in the first step; planned steps trace without a break.
         reasons = [reason for reason in counters["graph_break"]]
         assert all("compiler.disable" in r for r in reasons), reasons
-        assert any(option >= 0 for option in plan.options), plan
+        assert plan.contexts(), plan  # some region keeps some of its ops
 
         # Saved op outputs by checkpoint region (torch numbers its regions in call order).
         by_region: dict[int, list] = {}
@@ -276,7 +328,7 @@ def test_op_level_plans_under_torch_compile(compiled):
                 if policy is not None:
                     by_region.setdefault(region, []).append((policy, nbytes))
         regions = [(first_, option) for (first_, _, _), option in zip(plan.regions, plan.options)]
-        selective_regions = [r for r in regions if r[1] >= 0]
+        selective_regions = [r for i, r in enumerate(regions) if plan.keeps_ops(i)]
         assert len(by_region) == len(selective_regions), (saved_by_graph, plan)
         musts = (CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_SAVE)
         for region, (first_, option) in zip(sorted(by_region), selective_regions):

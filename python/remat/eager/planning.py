@@ -62,15 +62,29 @@ class Plan:
         """Whether each layer's saved activations are kept from the first forward pass."""
         return [r == 1 for r in self.runs()]
 
-    def context_fn(self, region: int) -> Callable[[], Any] | None:
-        """torch.utils.checkpoint's `context_fn` for region `region` (index into `regions`):
-        its selective policy when the plan keeps some of its ops, else None (re-run all)."""
+    def _entry(self, region: int) -> selective.MenuEntry | None:
+        """The menu entry region `region` runs with, None for a whole re-run."""
         option = self.options[region] if region < len(self.options) else -1
         if option < 0:
             return None
+        return self.profile.selective[self.regions[region][0]][1][option]
+
+    def keeps_ops(self, region: int) -> bool:
+        """Whether region `region` runs selectively: its entry keeps some of its ops. An entry
+        that keeps none is a whole re-run (torch's early stop ends it at the last saved op,
+        which that entry's time counts and a whole region's forward time does not)."""
+        entry = self._entry(region)
+        return entry is not None and bool(entry.cached)
+
+    def context_fn(self, region: int) -> Callable[[], Any] | None:
+        """torch.utils.checkpoint's `context_fn` for region `region` (index into `regions`):
+        its selective policy when the plan keeps some of its ops, else None (re-run all)."""
+        if not self.keeps_ops(region):
+            return None
         first = self.regions[region][0]
-        op_profile, entries = self.profile.selective[first]
-        return selective.context_fn(op_profile, entries[option], self.profile.layers[first].name)
+        op_profile, _ = self.profile.selective[first]
+        entry = self._entry(region)
+        return selective.context_fn(op_profile, entry, self.profile.layers[first].name)
 
     def contexts(self) -> dict[int, Callable[[], Any]]:
         """Every selective region's `context_fn`, by region index."""
@@ -137,7 +151,7 @@ class Plan:
         ]
         depth = max((d for _, _, d in self.regions), default=-1) + 1
         selective_regions = {
-            self.regions[r][0] for r, option in enumerate(self.options) if option >= 0
+            self.regions[r][0] for r in range(len(self.regions)) if self.keeps_ops(r)
         }
         for i, (layer, runs) in enumerate(zip(p.layers, self.runs())):
             marks = [" "] * depth
@@ -155,15 +169,22 @@ class Plan:
             )
         for index, (first, _, _) in enumerate(self.regions):
             option = self.options[index] if index < len(self.options) else -1
-            if option >= 0:
-                op_profile, entries = p.selective[first]
-                entry = entries[option]
+            if option < 0:
+                continue
+            rerun = format_seconds(p.layers[first].options[option][1])
+            if not self.keeps_ops(index):
                 lines.append(
-                    f"  {'':>4}  {'':<{width}}  ^ layer {first} selective: "
-                    f"{selective.describe(op_profile, entry)}; holds "
-                    f"{format_bytes(entry.held_bytes)}, re-runs "
-                    f"{format_seconds(p.layers[first].options[option][1])}"
+                    f"  {'':>4}  {'':<{width}}  ^ layer {first} re-runs whole, up to its last "
+                    f"saved op: {rerun}"
                 )
+                continue
+            op_profile, _ = p.selective[first]
+            entry = self._entry(index)
+            lines.append(
+                f"  {'':>4}  {'':<{width}}  ^ layer {first} selective: "
+                f"{selective.describe(op_profile, entry)}; holds "
+                f"{format_bytes(entry.held_bytes)}, re-runs {rerun}"
+            )
         lines += [
             f"  {'':>4}  {'total':<{width}}  {'':>10} {'':>10} {format_bytes(at_end):>10} "
             f"{format_seconds(forward):>9}",

@@ -18,8 +18,9 @@ region) to "cache every op that would re-run" (no re-run time, more bytes than a
 have saved). Plain (no region) is the other end, kept by the chain planner itself.
 
 What is never cached, so that SAC stays exact and the accounting additive:
-- random ops (dropout): they re-run from the RNG state checkpoint preserves, in order; caching
-  one would shift the RNG offsets of those re-run after it;
+- random ops (dropout, attention with dropout_p > 0): they re-run from the RNG state checkpoint
+  preserves, in order; caching one would shift the RNG offsets of those re-run after it
+  (attention without dropout draws nothing, and is cached like any other op);
 - views and in-place ops (they create no storage; caching a view would keep its base alive);
 - ops whose outputs are mutated later in the layer (SAC refuses mutated cache entries);
 - ops after the last one backward needs (never re-run, nothing to spare).
@@ -127,10 +128,24 @@ class _OpRecorder(TorchDispatchMode):
         self.names.append(str(func))
         self.seconds.append(seconds)
         self.created.append(created)
-        self.random.append(torch.Tag.nondeterministic_seeded in func.tags)
+        self.random.append(_draws_random(func, args, kwargs))
         self.mutates.append(mutated)
         self.keep_alive.append(out)
         return out
+
+
+def _draws_random(func: Any, args: tuple, kwargs: dict) -> bool:
+    """Whether the op draws from the RNG. Seeded ops do, except attention kernels called with
+    dropout_p == 0 (every scaled_dot_product_attention without dropout, which torch tags
+    seeded for its dropout): they draw nothing, so caching one shifts no later RNG offset."""
+    if torch.Tag.nondeterministic_seeded not in func.tags:
+        return False
+    names = [argument.name for argument in func._schema.arguments]
+    if "dropout_p" not in names:
+        return True
+    index = names.index("dropout_p")
+    value = args[index] if index < len(args) else kwargs.get("dropout_p", 0.0)
+    return not (isinstance(value, (int, float)) and value == 0)
 
 
 def _record(function: Callable[..., Any], args: tuple, kwargs: dict, excluded: set[Key]):
