@@ -25,7 +25,11 @@ Peak: on CUDA ``torch.cuda.max_memory_allocated`` over the step above what was a
 it; on CPU torch's ``MemTracker`` (activations and temporaries at the step's peak). A method
 fits a budget when its peak is at most the budget plus what the plain step holds outside the
 blocks' saved bytes (embedding, head, loss, backward's working set). Step time: median over
-repeats, all methods interleaved in a shuffled order each round.
+repeats, all methods interleaved in a shuffled order each round. On CPU the step runs on one
+thread (``--threads 1``, the default there) and is timed by that thread's CPU time, the clock
+remat's own measurements then use too (``remat.eager._runtime.clock``): time that other
+processes take from a shared machine is not counted. On CUDA, and with more threads, the wall
+clock.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import pathlib
 import platform
 import random
@@ -54,6 +59,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 import models  # noqa: E402
 
 import remat.torch as rt  # noqa: E402
+from remat.eager._runtime import clock  # noqa: E402
 from remat.units import format_bytes  # noqa: E402
 
 CONFIGS = {
@@ -104,7 +110,7 @@ class _WallClockEvent:
         self.seconds = 0.0
 
     def record(self, stream: Any = None) -> None:
-        self.seconds = time.perf_counter()
+        self.seconds = clock()()
 
     def elapsed_time(self, end: "_WallClockEvent") -> float:
         return (end.seconds - self.seconds) * 1e3
@@ -296,8 +302,19 @@ def main() -> None:
         help="model size as key=value,... over the device's default (e.g. depth=2,seq=64)",
     )
     parser.add_argument("--no-sac-milp", action="store_true", help="leave torch's sac_milp out")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch's intra-op threads on CPU (default 1: steps are timed by the thread's CPU "
+        "time, which a shared machine's load does not inflate)",
+    )
     args = parser.parse_args()
     device = args.device
+    if device == "cpu":
+        torch.set_num_threads(args.threads or 1)
+    now = clock()
+    args.load_before = f"{os.getloadavg()[0]:.2f}"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     config = dict(CONFIGS[device])
     if args.config:
@@ -420,10 +437,10 @@ def main() -> None:
             step = method.setup()
             model.zero_grad(set_to_none=False)
             sync(device)
-            start = time.perf_counter()
+            start = now()
             step()
             sync(device)
-            results[method.name]["times"].append(time.perf_counter() - start)
+            results[method.name]["times"].append(now() - start)
             for handle in handles.values():
                 handle.remove()
             reset_layers()
@@ -456,6 +473,15 @@ def write_report(
         "",
         f"torch {torch.__version__}, {torch.cuda.get_device_name() if device == 'cuda' else platform.processor() or 'cpu'}, "
         f"{dtype}, config {config}; `{' '.join(['python bench/eager_ops.py', *sys.argv[1:]])}`",
+        "",
+        f"Step times: {torch.get_num_threads()} intra-op thread(s), timed by "
+        + (
+            "the stepping thread's CPU time (a shared machine's load is not counted)"
+            if clock() is time.thread_time
+            else "the wall clock"
+        )
+        + f"; machine load average before the run {args.load_before}, after "
+        f"{os.getloadavg()[0]:.2f}.",
         "",
         f"Blocks' saved bytes: no checkpoint {format_bytes(everything)}, least remat accepts "
         f"{format_bytes(least)}. Plain step {plain['seconds'] * 1e3:.1f} ms, peak "

@@ -311,3 +311,21 @@ def test_cuda_peak_allocated_falls_with_the_budget():
     rt.auto_checkpoint(model, memory_budget=least)
     peak_allocated()  # measures and plans
     assert peak_allocated() < plain - (everything - least) // 2
+
+
+def test_work_clock_is_thread_cpu_time_on_one_cpu_thread():
+    """With one intra-op thread and no CUDA, measurements use the thread's CPU time (a shared
+    machine's load is not counted); with more threads, the wall clock."""
+    import time
+
+    from remat.eager._runtime import clock
+
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        expected = time.perf_counter if torch.cuda.is_initialized() else time.thread_time
+        assert clock() is expected
+        torch.set_num_threads(2)
+        assert clock() is time.perf_counter
+    finally:
+        torch.set_num_threads(threads)

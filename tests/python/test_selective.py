@@ -139,7 +139,7 @@ def test_attention_is_random_only_with_dropout():
 
 def _flop_like_op_times(monkeypatch) -> None:
     """Op times by kind instead of by clock (matmuls and attention 20 units, every other op 1),
-    every block's forward 1 ms, and no fixed cost per region. The plan then depends on bytes and these ratios, not on a
+    every block's forward 1 ms, and no fixed cost per region or per op SAC's modes see. The plan then depends on bytes and these ratios, not on a
     loaded machine's timings (with measured times, noise could make whole regions the cheaper
     plan and leave nothing selective to check)."""
     measured = selective.profile_ops
@@ -154,6 +154,7 @@ def _flop_like_op_times(monkeypatch) -> None:
         return dataclasses.replace(ops, ops=timed)
 
     monkeypatch.setattr(selective, "profile_ops", profile_ops)
+    monkeypatch.setattr(selective, "cpu_dispatch_overhead", lambda: 0.0)
     # The fixed cost of a region too: on these tiny blocks it is comparable to a block's forward,
     # and its noise alone can flip the plan between selective and whole regions.
     monkeypatch.setattr(remat_auto, "_region_overhead", lambda *args: 0.0)

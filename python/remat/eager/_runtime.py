@@ -1,15 +1,27 @@
-"""What the eager modules share: walking tensor trees, device synchronization, and putting back
-the RNG state and module buffers that measuring or re-running would otherwise change."""
+"""What the eager modules share: walking tensor trees, device synchronization, the clock that
+times work, and putting back the RNG state and module buffers that measuring or re-running would
+otherwise change."""
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Iterable, Sequence
+import time
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 from torch import nn
 
 from ..saved_memory import storage_key
+
+
+def clock() -> Callable[[], float]:
+    """The clock that times work. With one intra-op thread and no CUDA, all of a step's work runs
+    on the calling thread (autograd's CPU backward included), so its CPU time is the work itself:
+    time other processes take from a shared CPU is not counted, which the wall clock would.
+    Otherwise (several threads, or a GPU whose kernels the host only waits for) the wall clock."""
+    if torch.get_num_threads() == 1 and not torch.cuda.is_initialized():
+        return time.thread_time
+    return time.perf_counter
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:

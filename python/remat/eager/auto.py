@@ -20,8 +20,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import time
-import types
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -32,7 +30,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..saved_memory import excluded_storages, is_persistent, storage_key
 from ..units import parse_bytes
-from ._runtime import _PreservedState, _tensors, in_backward
+from ._runtime import _PreservedState, _tensors, clock, in_backward
 from .block_plan import RecordedCall, chain_profile
 from .blocks import Blocks, find_blocks
 from .execution import Execution, _batchnorm_buffers, _RunningStatsKept
@@ -423,8 +421,9 @@ def _measure_forward(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, 
     """One forward pass with grad enabled, whose output is dropped (it measures and plans);
     model buffers and the RNG are left as they were. Returns its seconds."""
     devices = {t.device for t in _tensors((args, kwargs))}
+    now = clock()
     with _PreservedState([model], devices), torch.enable_grad():
-        start = time.perf_counter()
+        start = now()
         out = model(*args, **kwargs)
         del out
-    return time.perf_counter() - start
+    return now() - start

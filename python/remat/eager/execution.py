@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import threading
-import time
 from typing import Any, Callable, Sequence
 
 import torch
@@ -12,7 +11,7 @@ from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils.checkpoint import checkpoint
 
-from ._runtime import _modules_of, _restore, _synchronize
+from ._runtime import _modules_of, _restore, _synchronize, clock
 
 
 def _batchnorm_buffers(functions: Sequence[Any]) -> list[torch.Tensor]:
@@ -103,7 +102,8 @@ class Execution:
         # tensor is back), so the clock stops and the statistics come back in `finally`.
         outermost = not getattr(self._timing, "active", False)
         self._timing.active = True
-        start = time.perf_counter()
+        now = clock()
+        start = now()
         try:
             if region not in self._statistics:
                 self._statistics[region] = _batchnorm_buffers(self.functions[first : last + 1])
@@ -113,5 +113,5 @@ class Execution:
             return out
         finally:
             if outermost:
-                self.recompute_seconds += time.perf_counter() - start
+                self.recompute_seconds += now() - start
                 self._timing.active = False

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -11,7 +10,7 @@ import torch
 from torch import nn
 
 from ..units import format_bytes, format_seconds
-from ._runtime import _PreservedState, _synchronize, _tensors
+from ._runtime import _PreservedState, _synchronize, _tensors, clock
 from .auto import AutoCheckpoint
 from .blocks import Blocks, find_blocks
 from .planning import Plan, plan_profile
@@ -103,13 +102,14 @@ def measure(
         parameters = [p for p in model.parameters() if p.requires_grad]
         with _PreservedState([model], devices), torch.enable_grad():
             _synchronize((args, kwargs))
-            start = time.perf_counter()
+            now = clock()
+            start = now()
             out = model(*args, **kwargs)
             loss = (loss_fn or _default_loss)(out)
             if parameters:
                 torch.autograd.grad(loss, parameters, allow_unused=True)
             _synchronize(loss)
-            seconds = time.perf_counter() - start
+            seconds = now() - start
         made: Plan | None = handle.plan
     finally:
         handle.remove()

@@ -13,7 +13,7 @@ from torch import nn
 
 from .. import _core
 from ..units import format_bytes, format_seconds, parse_bytes
-from ._runtime import _PreservedState, _detached, _modules_of, _synchronize, _tensors
+from ._runtime import _PreservedState, _detached, _modules_of, _synchronize, _tensors, clock
 from . import distributed, selective
 from .execution import Execution
 from .profile import Profile, profile_layers
@@ -416,8 +416,9 @@ def _time_step(
 ) -> float:
     x = _detached(input)
     inputs = parameters + [t for t in _tensors(x) if t.requires_grad]
+    now = clock()
     _synchronize(x)
-    start = time.perf_counter()
+    start = now()
     with torch.enable_grad():
         execution = Execution(functions, regions, contexts)
         outputs = [t for t in _tensors(execution(x)) if t.requires_grad]
@@ -427,7 +428,7 @@ def _time_step(
                 outputs, inputs, [torch.ones_like(t) for t in outputs], allow_unused=True
             )
     _synchronize(x)
-    return time.perf_counter() - start
+    return now() - start
 
 
 def run_plan(functions: Sequence[Callable[[Any], Any]], plan: Plan, input: Any) -> Any:

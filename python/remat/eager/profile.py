@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import json
 import statistics
-import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Sequence
 
@@ -24,6 +23,7 @@ from ._runtime import (
     _storage_bytes,
     _synchronize,
     _tensors,
+    clock,
 )
 
 
@@ -194,20 +194,21 @@ def measure_call(
         return frozenset(keys)
 
     seconds = []
+    now = clock()
     _synchronize((args, kwargs))
-    start = time.perf_counter()
+    start = now()
     with torch.enable_grad(), SaveRecorder(excluded) as saved:
         out = function(*args, **kwargs)
     _synchronize(out)
-    seconds.append(time.perf_counter() - start)
+    seconds.append(now() - start)
     input_keys, output_keys = activations((args, kwargs)), activations(out)
     out = _detached(out)
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = now()
         with torch.enable_grad():
             again = function(*args, **kwargs)
         _synchronize(again)
-        seconds.append(time.perf_counter() - start)
+        seconds.append(now() - start)
         del again
     return CallMeasurement(input_keys, frozenset(saved.keys), output_keys, min(seconds), out)
 
@@ -217,8 +218,10 @@ def with_menus(profile: Profile, ops: Sequence[Any]) -> Profile:
 
     Op times are measured one op at a time under a dispatch mode, which adds overhead per op;
     they are scaled so that a layer's ops add up to its measured forward time, the unit every
-    other time in the profile is in."""
-    from .selective import menu
+    other time in the profile is in. An option that keeps ops also pays SAC's dispatch modes on
+    every op of its forward and re-run (on CPU, see `selective.cpu_dispatch_overhead`); one
+    that keeps none runs as a plain region."""
+    from .selective import cpu_dispatch_overhead, menu
 
     if not any(o is not None for o in ops):
         return profile
@@ -231,7 +234,12 @@ def with_menus(profile: Profile, ops: Sequence[Any]) -> Profile:
         total = sum(op.seconds for op in op_profile.ops)
         scale = layer.forward_seconds / total if total > 0 else 1.0
         entries = tuple(menu(op_profile))
-        options = tuple((e.held_bytes, e.recompute_seconds * scale) for e in entries)
+        per_op = 0.0 if op_profile.on_cuda else cpu_dispatch_overhead()
+        modes = per_op * op_profile.dispatches()
+        options = tuple(
+            (e.held_bytes, e.recompute_seconds * scale + (modes if e.cached else 0.0))
+            for e in entries
+        )
         layers.append(replace(layer, options=options))
         selective.append((op_profile, entries))
     return replace(profile, layers=tuple(layers), selective=tuple(selective))
@@ -316,12 +324,13 @@ def _region_overhead(input: Any, repeats: int) -> float:
         return t * 2.0
 
     def step(wrapped: bool) -> float:
+        now = clock()
         _synchronize(x)
-        start = time.perf_counter()
+        start = now()
         y = checkpoint(op, x, use_reentrant=False, preserve_rng_state=True) if wrapped else op(x)
         y.sum().backward()
         _synchronize(x)
-        return time.perf_counter() - start
+        return now() - start
 
     rng = torch.random.get_rng_state()
     for wrapped in (False, True):

@@ -32,7 +32,6 @@ times every op (synchronizing the device around it), the least of a few runs.
 from __future__ import annotations
 
 import statistics
-import time
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -47,7 +46,7 @@ from torch.utils.checkpoint import (
 
 from .. import _solve
 from ..saved_memory import is_traced, sac_storage, storage_key
-from ._runtime import _detached, _synchronize, _tensors
+from ._runtime import _detached, _synchronize, _tensors, clock
 from .profile import SaveRecorder
 
 Key = tuple[str, int, int]
@@ -70,6 +69,12 @@ class OpProfile:
 
     ops: tuple[OpRecord, ...]
     last_needed: int  # the last op a re-run dispatches (-1: none): where the last save happens
+    on_cuda: bool = False  # measured with CUDA tensors
+
+    def dispatches(self) -> int:
+        """Ops a selective run sends through SAC's dispatch modes: its forward's, then its
+        re-run's (up to the last needed op, cached ones included)."""
+        return len(self.ops) + self.last_needed + 1
 
     @property
     def rerun_seconds(self) -> float:
@@ -92,6 +97,7 @@ class _OpRecorder(TorchDispatchMode):
     def __init__(self, device_sync: bool) -> None:
         super().__init__()
         self.device_sync = device_sync
+        self.now = clock()
         self.names: list[str] = []
         self.seconds: list[float] = []
         self.created: list[set[Key]] = []
@@ -110,11 +116,11 @@ class _OpRecorder(TorchDispatchMode):
         inputs = {storage_key(t) for t in _tensors((args, kwargs))}
         if self.device_sync:
             torch.cuda.synchronize()
-        start = time.perf_counter()
+        start = self.now()
         out = func(*args, **kwargs)
         if self.device_sync:
             torch.cuda.synchronize()
-        seconds = time.perf_counter() - start
+        seconds = self.now() - start
         index = len(self.names)
         keys = {storage_key(t) for t in _tensors(out)}
         created = {k for k in keys if k not in inputs and k not in self.producer}
@@ -209,9 +215,10 @@ def profile_ops(
                 why_not=why_not,
             )
         )
+    on_cuda = recorder.device_sync
     del recorder
     _synchronize(args)
-    return OpProfile(tuple(ops), last_needed)
+    return OpProfile(tuple(ops), last_needed, on_cuda)
 
 
 def menu(profile: OpProfile, entries: int = 12) -> list[MenuEntry]:
@@ -334,6 +341,46 @@ def context_fn(profile: OpProfile, entry: MenuEntry, label: str) -> Callable[[],
     return contexts
 
 
+_DISPATCH_OVERHEAD: list[float] = []  # measured once per process
+
+
+def cpu_dispatch_overhead() -> float:
+    """Seconds SAC's two dispatch modes and remat's policy add to each op they see, on CPU:
+    a chain of tiny ops re-run under a selective region that caches nothing, against the same
+    chain in a plain region (least of a few runs). On a small CPU model this is a real share of
+    a block's time (tens of microseconds an op against a few for its kernel), so the planner
+    charges it to every selective option. On CUDA it is host time that overlaps the kernels
+    already queued when the GPU is busy, and it is not charged."""
+    if not _DISPATCH_OVERHEAD:
+        from torch.utils.checkpoint import checkpoint
+
+        count = 64
+        x = torch.ones(16, requires_grad=True)
+
+        def chain(h: torch.Tensor) -> torch.Tensor:
+            for _ in range(count):
+                h = h * 1.0
+            return h
+
+        names = ("aten.mul.Tensor",) * count
+        records = tuple(OpRecord(n, 64, 0.0, True) for n in names)
+        contexts = context_fn(OpProfile(records, count - 1), MenuEntry(frozenset(), 0, 0.0), "")
+        now = clock()
+
+        def run(selective: bool) -> float:
+            extra = {"context_fn": contexts} if selective else {}
+            start = now()
+            checkpoint(chain, x, use_reentrant=False, **extra).sum().backward()
+            return now() - start
+
+        for selective in (True, False):  # warm-up
+            run(selective)
+        with_modes = min(run(True) for _ in range(5))
+        plain = min(run(False) for _ in range(5))
+        _DISPATCH_OVERHEAD.append(max(0.0, (with_modes - plain) / (2 * count)))
+    return _DISPATCH_OVERHEAD[0]
+
+
 def describe(profile: OpProfile, entry: MenuEntry) -> str:
     """Which ops an entry keeps, for a plan's table: 'keeps 4 of 31 ops: aten.mm x3, ...'."""
     kept = [profile.ops[i].name.replace(".default", "") for i in sorted(entry.cached)]
@@ -357,7 +404,7 @@ def median_seconds(profiles: list[OpProfile]) -> OpProfile:
         )
         for i, op in enumerate(first.ops)
     )
-    return OpProfile(ops, first.last_needed)
+    return OpProfile(ops, first.last_needed, first.on_cuda)
 
 
 __all__ = ["MenuEntry", "OpProfile", "OpRecord", "context_fn", "describe", "menu", "profile_ops"]
