@@ -167,6 +167,54 @@ TEST(Classes, CardinalitySplitIsValid) {
   EXPECT_GT(improved, 20);
 }
 
+// ExactTuning::target (the split's inner searches): a target at or below the optimum still finds
+// the optimum; one above it is reported as unreachable (status optimal, a plan worth less). With
+// integral runtimes and with fractional ones.
+TEST(Classes, TargetOnlyLooksAboveIt) {
+  std::mt19937_64 rng(53);
+  for (int trial = 0; trial < 200; ++trial) {
+    KnapsackProblem p = testing::random_small(rng, 4 + static_cast<std::size_t>(trial % 15), 30);
+    if (trial % 2 == 1) {
+      for (double& v : p.value) v *= 0.37;
+    }
+    const detail::ReducedProblem reduced = detail::reduce(p);
+    if (reduced.size() == 0) continue;
+    std::int64_t total = 0;
+    for (std::int64_t w : reduced.weight) total += w;
+    if (total <= reduced.capacity) continue;
+    double forced = 0;
+    for (std::size_t i : reduced.forced_saved) forced += p.value[i];
+    const double optimum = brute_force_value(p) - forced;
+    const double step = trial % 2 == 1 ? 0.37 : 1.0;
+    for (double target : {0.0, optimum - step, optimum, optimum + step}) {
+      for (std::size_t checkpoint : {1, 8192}) {
+        detail::ExactTuning tuning;
+        tuning.target = target;
+        tuning.first_checkpoint = checkpoint;
+        detail::PlannerMemory memory(std::size_t{1} << 30, "exact");
+        const detail::ReducedSolution s =
+            detail::solve_exact(reduced, memory, std::nullopt, tuning);
+        const std::string what =
+            "trial " + std::to_string(trial) + " target " + std::to_string(target) + " " + s.path;
+        EXPECT_EQ(s.status, SolveStatus::kOptimal) << what;
+        std::int64_t w = 0;
+        double v = 0;
+        for (std::size_t k = 0; k < reduced.size(); ++k) {
+          if (!s.take[k]) continue;
+          w += reduced.weight[k];
+          v += reduced.value[k];
+        }
+        EXPECT_LE(w, reduced.capacity) << what;
+        if (target <= optimum - tolerance(optimum)) {
+          EXPECT_NEAR(v, optimum, tolerance(optimum)) << what;
+        } else if (target > optimum + tolerance(optimum)) {
+          EXPECT_LT(v, target) << what;
+        }
+      }
+    }
+  }
+}
+
 // Few distinct items, ties, zero weights and non-positive runtimes: bundles of every size.
 TEST(Classes, BundledDuplicatesEqualBruteForce) {
   std::mt19937_64 rng(41);
