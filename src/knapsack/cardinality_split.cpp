@@ -197,6 +197,10 @@ SplitOutcome cardinality_split(const ReducedProblem& p, std::size_t lp_items, do
     memory.reserve(q_bytes);
     const std::size_t before = memory.current();
     q.capacity = p.capacity;
+    item_of.reserve(n);  // exactly what was reserved above
+    q.original_index.reserve(n);
+    q.weight.reserve(n);
+    q.value.reserve(n);
     std::int64_t q_weight = 0;
     for (std::uint32_t k = 0; k < n; ++k) {
       const double v = p.value[k] - c.mu;
