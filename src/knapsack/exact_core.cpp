@@ -156,6 +156,13 @@ class ExpandingCore {
         }
         add_next = !add_next;
         update_incumbent();
+        if (split_tries_ > 0 && split_tries_ < kMaxSplitTries && best_value_ > split_tried_at_) {
+          // A try cut short is retried once the incumbent has improved (its plans count) and
+          // its share of the time allows, not only at the next checkpoint (which may come much
+          // later once the list is long). Without a better incumbent a retry would mostly
+          // repeat the same search (circle instances: the split's bounds barely beat Dantzig's).
+          if (const auto done = split_by_cardinality()) return *done;
+        }
         if (states_.size() > next_checkpoint_) {
           // The list keeps growing: the bounds are weak here. Look for better plans outside the
           // core, and try to prove the incumbent with the cardinality bound.
@@ -412,7 +419,8 @@ class ExpandingCore {
   // cardinality. Its LP bounds (about 4 searches of 40 LPs at first, cached after) wait until
   // the search has run as long as the step last took; its inner searches get half the time the
   // search itself has had (at least 10 ms), and altogether at most half of it. When they are cut
-  // short, the step is tried again at a later checkpoint, up to 4 times.
+  // short, the step is tried again after the incumbent improves, as soon as that share allows,
+  // up to 4 times.
   std::optional<ReducedSolution> split_by_cardinality() {
     if (!tuning_.shift || !integral_values_ || split_tries_ >= kMaxSplitTries) return std::nullopt;
     // Like the cardinality bound: only once the search has run as long as the step last took
@@ -424,6 +432,7 @@ class ExpandingCore {
       return std::nullopt;
     }
     ++split_tries_;
+    split_tried_at_ = best_value_;
     const auto inner_deadline =
         now + std::chrono::duration_cast<Clock::duration>(
                   std::chrono::duration<double>(std::max(0.01, 0.5 * (ran - split_spent_))));
@@ -727,7 +736,8 @@ class ExpandingCore {
   std::string incumbent_source_ = "greedy";  // where a plan outside the history tree came from
   bool proven_by_bound_ = false;
   int split_tries_ = 0;
-  double split_spent_ = 0;  // seconds in the split's inner searches so far
+  double split_tried_at_ = 0;  // the incumbent when the last try began
+  double split_spent_ = 0;     // seconds in the split's inner searches so far
   SplitCache split_cache_;
   double split_cost_ =
       4.8e-6 * static_cast<double>(p_.size());  // seconds, see split_by_cardinality
