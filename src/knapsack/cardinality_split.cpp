@@ -10,15 +10,16 @@
 // optimum of the knapsack with runtimes value - mu (items whose shifted runtime is <= 0 left
 // out): a knapsack again, solved exactly by the expanding core (solve_exact, without this step).
 // Its LP bound is min over mu of mu k + LP(value - mu), the LP bound with the cardinality
-// constraint, which on Pisinger's almost strongly correlated and circle classes is far tighter
-// than Dantzig's: those classes reward the number of items, and Dantzig's LP saves a fraction
-// of one.
+// constraint, which on Pisinger's almost strongly correlated class is far tighter than
+// Dantzig's (runtime = weight + R/10 + noise rewards the number of items, and Dantzig's LP saves
+// a fraction of one). On the circle class it is not (its bounds close about 2% of Dantzig's gap
+// there), and the inner searches are as hard as the problem itself.
 //
 // Which k: LP(value) saves lp_items + a fraction of items. mu k + LP(value - mu) with mu >= 0
 // bounds every plan of at most k items, and with mu <= 0 every plan of at least k items (the
 // surrogate cardinality bound of cardinality_bound.cpp, at an inner k). Going down from
 // lp_items - 1 and up from lp_items + 2 until those bounds cannot beat the incumbent leaves an
-// interval of cardinalities (two or three on those classes; the step gives up past 4 a side),
+// interval of cardinalities (two to four on that class; the step gives up past 4 a side),
 // and each of them whose bound can still beat the incumbent gets its shifted knapsack solved.
 // Every inner plan is a plan of the problem (the budget is the same), so it may improve the
 // incumbent; the incumbent is proven optimal when no cardinality's bound can beat it.

@@ -21,7 +21,10 @@
 // the items nearest the break (core_enumeration.cpp) and state pairing (each live state with one
 // item outside the core) for a strong incumbent; and the surrogate cardinality bound
 // (cardinality_bound.cpp), which proves that incumbent optimal on strongly correlated,
-// inverse strongly correlated and subset-sum-like instances. Before those, an instance of at most
+// inverse strongly correlated and subset-sum-like instances. With integral runtimes, once the
+// search has run about as long as its LP bounds take, cardinality_split.cpp solves the
+// Lagrangian-shifted knapsack of each number of items a better plan could have (almost strongly
+// correlated instances), with a share of the time. Before those, an instance of at most
 // 64 items (and more than 32) goes to proportional_search.cpp (meet in the middle over flip sets of
 // bounded loss against Dantzig's bound), which solves near-proportional ones (runtime proportional
 // to memory at a fine scale) or gives up quickly. The bound costs O(n) per LP, so it is computed
