@@ -31,8 +31,6 @@
 
 namespace remat::detail {
 
-namespace {
-
 // Dantzig's bound with every value shifted by -mu, by repeated selection of the median
 // efficiency; `items` is scratch space.
 double shifted_lp(const ReducedProblem& p, double mu, std::vector<ShiftedItem>& items) {
@@ -75,8 +73,6 @@ double shifted_lp(const ReducedProblem& p, double mu, std::vector<ShiftedItem>& 
   }
   return bound;
 }
-
-}  // namespace
 
 CardinalityBounds::CardinalityBounds(const ReducedProblem& p, bool integral, PlannerMemory& memory)
     : p_(p), integral_(integral), memory_(memory) {

@@ -21,7 +21,10 @@
 // the items nearest the break (core_enumeration.cpp) and state pairing (each live state with one
 // item outside the core) for a strong incumbent; and the surrogate cardinality bound
 // (cardinality_bound.cpp), which proves that incumbent optimal on strongly correlated,
-// inverse strongly correlated and subset-sum-like instances. Before those, an instance of at most
+// inverse strongly correlated and subset-sum-like instances. With integral runtimes, once the
+// search has run about as long as its LP bounds take, cardinality_split.cpp solves the
+// Lagrangian-shifted knapsack of each number of items a better plan could have (almost strongly
+// correlated instances), with a share of the time. Before those, an instance of at most
 // 64 items (and more than 32) goes to proportional_search.cpp (meet in the middle over flip sets of
 // bounded loss against Dantzig's bound), which solves near-proportional ones (runtime proportional
 // to memory at a fine scale) or gives up quickly. The bound costs O(n) per LP, so it is computed
@@ -90,6 +93,7 @@ class ExpandingCore {
         p_(p),
         memory_(memory),
         deadline_(deadline),
+        tuning_(tuning),
         max_enumerated_half_(std::min(tuning.max_enumerated_half, kMaxEnumeratedHalf)),
         next_checkpoint_(tuning.first_checkpoint),
         try_proportional_(tuning.proportional),
@@ -109,6 +113,13 @@ class ExpandingCore {
     integral_values_ = all_values_integral();
     find_break_solution();
     set_greedy_incumbent();
+    if (tuning_.target > best_value_) {
+      // A plan of value v beats the incumbent z when v >= z + step (integral runtimes) or
+      // v > z: this z lets every plan worth at least the target through, and nothing below.
+      best_value_ = integral_values_
+                        ? tuning_.target - value_step_
+                        : std::nextafter(tuning_.target, -std::numeric_limits<double>::infinity());
+    }
     std::ptrdiff_t s = static_cast<std::ptrdiff_t>(break_pos_);
     std::ptrdiff_t t = s - 1;
     // Until the search has its first state, the greedy plan stands with Dantzig's bound.
@@ -148,6 +159,13 @@ class ExpandingCore {
         }
         add_next = !add_next;
         update_incumbent();
+        if (split_tries_ > 0 && split_tries_ < kMaxSplitTries && best_value_ > split_tried_at_) {
+          // A try cut short is retried once the incumbent has improved (its plans count) and
+          // its share of the time allows, not only at the next checkpoint (which may come much
+          // later once the list is long). Without a better incumbent a retry would mostly
+          // repeat the same search (circle instances: the split's bounds barely beat Dantzig's).
+          if (const auto done = split_by_cardinality()) return *done;
+        }
         if (states_.size() > next_checkpoint_) {
           // The list keeps growing: the bounds are weak here. Look for better plans outside the
           // core, and try to prove the incumbent with the cardinality bound.
@@ -164,6 +182,7 @@ class ExpandingCore {
           }
           pair_with_outside_items(s, t);
           if (proven_by_cardinality()) return finish_enumerated();
+          if (const auto done = split_by_cardinality()) return *done;
         }
         s_ = s;
         t_ = t;
@@ -394,6 +413,61 @@ class ExpandingCore {
     }
     cardinality_bound_ = std::min(cardinality_bound_, bound);  // valid for the reports
     return false;
+  }
+
+  // Pisinger's almost strongly correlated class: the incumbent is often optimal early, but
+  // Dantzig's bound lets too many states live, since it saves a fraction of an item and these
+  // classes reward the number of items. cardinality_split.cpp solves, for each number of items a
+  // better plan could have, the Lagrangian-shifted knapsack whose bound is the LP bound with that
+  // cardinality. Its LP bounds (about 4 searches of 40 LPs at first, cached after) wait until
+  // the search has run as long as the step last took; its inner searches get half the time the
+  // search itself has had (at least 10 ms), and altogether at most half of it. When they are cut
+  // short, the step is tried again after the incumbent improves, as soon as that share allows,
+  // up to 4 times.
+  std::optional<ReducedSolution> split_by_cardinality() {
+    if (!tuning_.shift || !integral_values_ || split_tries_ >= kMaxSplitTries) return std::nullopt;
+    // Like the cardinality bound: only once the search has run as long as the step last took
+    // (at first: about 4 searches of 40 LPs), and not when the deadline is nearer than that.
+    const auto now = Clock::now();
+    const double ran = std::chrono::duration<double>(now - start_).count();
+    if (ran < split_cost_ || split_spent_ > 0.5 * (ran - split_spent_)) return std::nullopt;
+    if (deadline_ && std::chrono::duration<double>(*deadline_ - now).count() < split_cost_) {
+      return std::nullopt;
+    }
+    ++split_tries_;
+    split_tried_at_ = best_value_;
+    const auto inner_deadline =
+        now + std::chrono::duration_cast<Clock::duration>(
+                  std::chrono::duration<double>(std::max(0.01, 0.5 * (ran - split_spent_))));
+    SplitOutcome o;
+    try {
+      o = cardinality_split(p_, break_pos_, best_value_, value_step_, split_cache_, memory_,
+                            deadline_, inner_deadline, tuning_);
+    } catch (const PlannerMemoryError&) {
+      return std::nullopt;  // the search goes on without it
+    }
+    const double took = std::chrono::duration<double>(Clock::now() - now).count();
+    split_cost_ = std::max(split_cost_, took);
+    split_spent_ += o.inner_seconds;
+    if (!o.take.empty() && o.best_value > best_value_) {
+      best_value_ = o.best_value;
+      greedy_take_ = std::move(o.take);
+      best_node_ = kGreedyIncumbent;
+      incumbent_source_ = "cardinality_split";
+    }
+    if (o.proven) {
+      ReducedSolution solution;
+      solution.take = best_node_ == kGreedyIncumbent ? greedy_take_ : finish_take();
+      solution.status = SolveStatus::kOptimal;
+      // The plan's source, then the proof (the split's own plans: just the split).
+      const std::string source =
+          best_node_ == kGreedyIncumbent ? incumbent_source_ : std::string("expanding_core");
+      solution.path = source == "cardinality_split" ? source : source + "+cardinality_split";
+      return solution;
+    }
+    cardinality_bound_ = std::min(cardinality_bound_, o.upper_bound);
+    if (!o.attempted) split_tries_ = kMaxSplitTries;  // it cannot do better later
+    return std::nullopt;
   }
 
   // State pairing (after combo): every live state combined with one item outside the core,
@@ -636,11 +710,13 @@ class ExpandingCore {
   static constexpr std::size_t kStepsPerClockRead = 1 << 14;
   static constexpr std::size_t kMaxEnumeratedHalf = 20;  // exact when n <= 40
   static constexpr std::size_t kIncumbentHalf = 16;      // incumbent only: keep it cheap
+  static constexpr int kMaxSplitTries = 4;
 
   BundlingRequest* bundling_;
   const ReducedProblem& p_;
   PlannerMemory& memory_;
   std::optional<Clock::time_point> deadline_;
+  ExactTuning tuning_;
   std::size_t max_enumerated_half_;
   std::vector<std::uint32_t> order_;
   std::size_t break_pos_ = 0;
@@ -662,6 +738,12 @@ class ExpandingCore {
   std::size_t min_proportional_items_;
   std::string incumbent_source_ = "greedy";  // where a plan outside the history tree came from
   bool proven_by_bound_ = false;
+  int split_tries_ = 0;
+  double split_tried_at_ = 0;  // the incumbent when the last try began
+  double split_spent_ = 0;     // seconds in the split's inner searches so far
+  SplitCache split_cache_;
+  double split_cost_ =
+      4.8e-6 * static_cast<double>(p_.size());  // seconds, see split_by_cardinality
   std::optional<CardinalityBounds> cardinality_;
   bool cardinality_failed_ = false;
   double cardinality_checked_value_ = -1;

@@ -45,6 +45,7 @@ class PlannerMemory {
   void release(std::size_t bytes) { current_ -= bytes < current_ ? bytes : current_; }
   std::size_t peak() const { return peak_; }
   std::size_t cap() const { return cap_; }
+  std::size_t current() const { return current_; }
 
  private:
   std::size_t cap_;
@@ -101,6 +102,39 @@ class CardinalityBounds {
   std::size_t cached_k_min_ = static_cast<std::size_t>(-1);
   double cached_bound_ = 0;
 };
+
+// Dantzig's bound with every runtime lowered by mu (items left with a runtime <= 0 left out);
+// `items` is scratch space. Expected O(n) (see cardinality_bound.cpp).
+double shifted_lp(const ReducedProblem& p, double mu, std::vector<ShiftedItem>& items);
+
+struct ExactTuning;
+
+// Integral runtimes only (every runtime a multiple of value_step >= 1, sums below 2^45): splits
+// the plans that can beat `incumbent` by their number of items and solves each remaining
+// cardinality's Lagrangian-shifted knapsack exactly (see cardinality_split.cpp). `lp_items`: the
+// items before the break item in efficiency order. `take` is empty unless a better plan was found.
+struct SplitOutcome {
+  std::vector<char> take;
+  double best_value = 0;                                         // of `take`, or the incumbent
+  bool proven = false;                                           // no plan beats best_value
+  bool attempted = false;                                        // an inner search ran
+  double inner_seconds = 0;                                      // spent in inner searches
+  double upper_bound = std::numeric_limits<double>::infinity();  // on plans beating incumbent
+};
+// The incumbent-free LP bounds of earlier calls on the same problem, kept by the caller.
+struct SplitCache {
+  struct Entry {
+    int side;  // -1: plans of at most k items, +1: at least k
+    std::size_t k;
+    double bound, mu;
+  };
+  std::vector<Entry> entries;
+};
+SplitOutcome cardinality_split(const ReducedProblem& p, std::size_t lp_items, double incumbent,
+                               double value_step, SplitCache& cache, PlannerMemory& memory,
+                               std::optional<Clock::time_point> deadline,
+                               std::optional<Clock::time_point> inner_deadline,
+                               const ExactTuning& tuning);
 
 // The best set of flips of the break solution within the 2h items nearest the break item (see
 // core_enumeration.cpp).
@@ -163,10 +197,14 @@ struct ExactTuning {
   std::size_t min_bundled_items = 64;                   // smaller instances are never bundled
   bool bundle_only_if_halved = true;
   std::size_t max_enumerated_half = 20;  // core enumeration: 2^half sums a half
-  bool shift = true;                     // the cardinality-shifted second search
+  bool shift = true;                     // cardinality_split (cardinality_split.cpp)
   bool proportional = true;              // proportional_search for n <= 64
   // Up to 2 x 16 items, core enumeration over every item is exact and cheaper.
   std::size_t min_proportional_items = 33;
+  // Only plans worth at least this much are looked for (cardinality_split's inner searches):
+  // when none exists, the plan returned is worth less and is not optimal, and status kOptimal
+  // says that no plan reaches `target`.
+  double target = -std::numeric_limits<double>::infinity();
 };
 
 ReducedSolution solve_exact(const ReducedProblem& p, PlannerMemory& memory,

@@ -95,6 +95,124 @@ TEST(Classes, EveryPathEqualsBruteForceOnEachClass) {
   EXPECT_TRUE(ran("core_enumeration"));
   EXPECT_TRUE(ran("meet_in_the_middle"));
   EXPECT_TRUE(ran("proportional_search"));
+  EXPECT_TRUE(ran("cardinality_split"));
+}
+
+// cardinality_split.cpp on its own, on the classes it is for and on random integral instances,
+// against brute force: any plan it returns is within budget and worth what it says, its bound
+// covers the optimum, and it claims a proof only for the optimum, whatever incumbent it starts
+// from (below the optimum, equal to it) and whether or not its inner searches are cut short.
+TEST(Classes, CardinalitySplitIsValid) {
+  std::mt19937_64 rng(29);
+  int proven = 0, improved = 0;
+  for (int trial = 0; trial < 240; ++trial) {
+    KnapsackProblem p;
+    if (trial % 2 == 0) {
+      GenerateOptions o;
+      o.family = trial % 4 == 0 ? "almost_strongly_correlated" : "circle";
+      o.n = 6 + static_cast<std::size_t>(trial % 13);
+      o.seed = static_cast<std::uint64_t>(trial);
+      o.range = trial % 3 == 0 ? 1000 : 100000;
+      p = quantize(generate(o).input);
+    } else {
+      p = testing::random_small(rng, 4 + static_cast<std::size_t>(trial % 13), 40);
+    }
+    const detail::ReducedProblem reduced = detail::reduce(p);
+    if (reduced.size() == 0) continue;
+    double forced = 0;
+    for (std::size_t i : reduced.forced_saved) forced += p.value[i];
+    const double optimum = brute_force_value(p) - forced;
+    const std::vector<std::uint32_t> order = detail::order_by_efficiency(reduced);
+    std::size_t lp_items = 0;
+    std::int64_t used = 0;
+    while (lp_items < order.size() && used + reduced.weight[order[lp_items]] <= reduced.capacity) {
+      used += reduced.weight[order[lp_items++]];
+    }
+    for (double z : {0.0, std::floor(optimum * 0.98), optimum - 1, optimum}) {
+      if (z < 0) continue;
+      for (bool cut : {false, true}) {
+        detail::PlannerMemory memory(std::size_t{1} << 30, "exact");
+        detail::SplitCache cache;
+        detail::ExactTuning tuning;
+        tuning.first_checkpoint = 1;
+        // A cut search: its inner searches stop at once.
+        const auto inner = cut ? std::optional(detail::Clock::now()) : std::nullopt;
+        const detail::SplitOutcome o = detail::cardinality_split(
+            reduced, lp_items, z, 1.0, cache, memory, std::nullopt, inner, tuning);
+        const std::string what = "trial " + std::to_string(trial) + " z " + std::to_string(z);
+        EXPECT_LE(o.best_value, optimum) << what;
+        EXPECT_GE(o.best_value, z) << what;
+        EXPECT_GE(o.upper_bound, optimum) << what;
+        if (o.proven) {
+          EXPECT_EQ(o.best_value, std::max(z, optimum)) << what;
+          ++proven;
+        }
+        if (!o.take.empty()) {
+          ++improved;
+          std::int64_t w = 0;
+          double v = 0;
+          for (std::size_t k = 0; k < reduced.size(); ++k) {
+            if (!o.take[k]) continue;
+            w += reduced.weight[k];
+            v += reduced.value[k];
+          }
+          EXPECT_LE(w, reduced.capacity) << what;
+          EXPECT_EQ(v, o.best_value) << what;
+          EXPECT_GT(v, z) << what;
+        }
+      }
+    }
+  }
+  EXPECT_GT(proven, 100);
+  EXPECT_GT(improved, 20);
+}
+
+// ExactTuning::target (the split's inner searches): a target at or below the optimum still finds
+// the optimum; one above it is reported as unreachable (status optimal, a plan worth less). With
+// integral runtimes and with fractional ones.
+TEST(Classes, TargetOnlyLooksAboveIt) {
+  std::mt19937_64 rng(53);
+  for (int trial = 0; trial < 200; ++trial) {
+    KnapsackProblem p = testing::random_small(rng, 4 + static_cast<std::size_t>(trial % 15), 30);
+    if (trial % 2 == 1) {
+      for (double& v : p.value) v *= 0.37;
+    }
+    const detail::ReducedProblem reduced = detail::reduce(p);
+    if (reduced.size() == 0) continue;
+    std::int64_t total = 0;
+    for (std::int64_t w : reduced.weight) total += w;
+    if (total <= reduced.capacity) continue;
+    double forced = 0;
+    for (std::size_t i : reduced.forced_saved) forced += p.value[i];
+    const double optimum = brute_force_value(p) - forced;
+    const double step = trial % 2 == 1 ? 0.37 : 1.0;
+    for (double target : {0.0, optimum - step, optimum, optimum + step}) {
+      for (std::size_t checkpoint : {1, 8192}) {
+        detail::ExactTuning tuning;
+        tuning.target = target;
+        tuning.first_checkpoint = checkpoint;
+        detail::PlannerMemory memory(std::size_t{1} << 30, "exact");
+        const detail::ReducedSolution s =
+            detail::solve_exact(reduced, memory, std::nullopt, tuning);
+        const std::string what =
+            "trial " + std::to_string(trial) + " target " + std::to_string(target) + " " + s.path;
+        EXPECT_EQ(s.status, SolveStatus::kOptimal) << what;
+        std::int64_t w = 0;
+        double v = 0;
+        for (std::size_t k = 0; k < reduced.size(); ++k) {
+          if (!s.take[k]) continue;
+          w += reduced.weight[k];
+          v += reduced.value[k];
+        }
+        EXPECT_LE(w, reduced.capacity) << what;
+        if (target <= optimum - tolerance(optimum)) {
+          EXPECT_NEAR(v, optimum, tolerance(optimum)) << what;
+        } else if (target > optimum + tolerance(optimum)) {
+          EXPECT_LT(v, target) << what;
+        }
+      }
+    }
+  }
 }
 
 // Few distinct items, ties, zero weights and non-positive runtimes: bundles of every size.
