@@ -490,13 +490,18 @@ def write_report(
         "",
         "## Every method",
         "",
-        "| method | peak | step | over plain |",
-        "| --- | ---: | ---: | ---: |",
+        "Step is the median of the rounds (targets are judged on it); the fastest round and the "
+        "spread between the rounds' quartiles show how much the machine moved the timings.",
+        "",
+        "| method | peak | step | over plain | fastest round | quartile spread |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, r in sorted(results.items(), key=lambda kv: kv[1]["peak"]):
+        quartiles = statistics.quantiles(r["times"], n=4) if len(r["times"]) > 1 else [0, 0, 0]
         lines.append(
             f"| {name} | {format_bytes(r['peak'])} | {r['seconds'] * 1e3:.1f} ms | "
-            f"{(r['seconds'] / plain['seconds'] - 1) * 100:+.1f}% |"
+            f"{(r['seconds'] / plain['seconds'] - 1) * 100:+.1f}% | {min(r['times']) * 1e3:.1f} ms | "
+            f"{(quartiles[2] - quartiles[0]) / r['seconds'] * 100:.0f}% |"
         )
     lines += [
         "",
