@@ -27,6 +27,7 @@
 #include <limits>
 #include <vector>
 
+#include "knapsack/golden_section.hpp"
 #include "knapsack/reduced_problem.hpp"
 
 namespace remat::detail {
@@ -122,26 +123,10 @@ double CardinalityBounds::bound(double incumbent, std::optional<Clock::time_poin
   // Golden-section search; with integral runtimes the integers next to the minimum are tried
   // below, so it stops once the bracket is narrower than 1.
   const double tolerance = integral_ ? 0.5 : 1e-12 * std::max(1.0, values_.front());
-  const double ratio = 0.6180339887498949;
-  double lo = -values_.front(), hi = values_.front();
-  double a = hi - ratio * (hi - lo), b = lo + ratio * (hi - lo);
-  double ua = u(a), ub = u(b);
-  for (int step = 0; step < 90 && hi - lo > tolerance; ++step) {
-    if (deadline && Clock::now() >= *deadline) return std::numeric_limits<double>::infinity();
-    if (ua <= ub) {
-      hi = b;
-      b = a;
-      ub = ua;
-      a = hi - ratio * (hi - lo);
-      ua = u(a);
-    } else {
-      lo = a;
-      a = b;
-      ua = ub;
-      b = lo + ratio * (hi - lo);
-      ub = u(b);
-    }
-  }
+  const GoldenBracket g =
+      golden_section(u, -values_.front(), values_.front(), tolerance, 90, deadline);
+  if (g.cut) return std::numeric_limits<double>::infinity();
+  const double lo = g.lo, hi = g.hi, ua = g.fa, ub = g.fb;
   // Every U(mu) is a valid bound; take the best of the search's end points, the plain LP and,
   // with integral runtimes, the integers next to the minimum (exact sums: the tightest margin).
   const double mid = 0.5 * (lo + hi);

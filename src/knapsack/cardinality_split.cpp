@@ -37,6 +37,7 @@
 #include <limits>
 #include <vector>
 
+#include "knapsack/golden_section.hpp"
 #include "knapsack/reduced_problem.hpp"
 
 namespace remat::detail {
@@ -78,27 +79,9 @@ class Bounds {
       if (b < best.bound) best = {b, mu};
       return b;
     };
-    const double ratio = 0.6180339887498949;
-    double a = hi - ratio * (hi - lo), b = lo + ratio * (hi - lo);
-    double ua = eval(a), ub = eval(b);
-    for (int step = 0; step < 80 && hi - lo > 2; ++step) {
-      if (deadline && Clock::now() >= *deadline) break;
-      if (ua <= ub) {
-        hi = b;
-        b = a;
-        ub = ua;
-        a = hi - ratio * (hi - lo);
-        ua = eval(a);
-      } else {
-        lo = a;
-        a = b;
-        ua = ub;
-        b = lo + ratio * (hi - lo);
-        ub = eval(b);
-      }
-    }
-    if (hi - lo <= 4) {  // not when the deadline cut the search
-      for (double mu = std::floor(lo); mu <= std::ceil(hi); mu += 1) eval(mu);
+    const GoldenBracket g = golden_section(eval, lo, hi, 2.0, 80, deadline);
+    if (g.hi - g.lo <= 4) {  // not when the deadline cut the search
+      for (double mu = std::floor(g.lo); mu <= std::ceil(g.hi); mu += 1) eval(mu);
     }
     return best;
   }
