@@ -7,14 +7,15 @@
 #include <random>
 #include <set>
 
-#include "knapsack/reduced_problem.hpp"
+#include "reduced_support.hpp"
 #include "remat/generate.hpp"
-#include "test_support.hpp"
 
 namespace remat {
 namespace {
 
-using testing::brute_force_value;
+using testing::fits_whole;
+using testing::plan_totals;
+using testing::reduced_optimum;
 using testing::tolerance;
 
 const char* const kClasses[] = {"uncorrelated",
@@ -31,24 +32,14 @@ const char* const kClasses[] = {"uncorrelated",
 std::string expect_exact(const KnapsackProblem& p, const detail::ExactTuning& tuning,
                          const std::string& what) {
   const detail::ReducedProblem reduced = detail::reduce(p);
-  double forced = 0;
-  for (std::size_t i : reduced.forced_saved) forced += p.value[i];
-  const double optimum = brute_force_value(p) - forced;
+  const double optimum = reduced_optimum(p, reduced);
   if (reduced.size() == 0) return "";
-  std::int64_t total = 0;
-  for (std::int64_t w : reduced.weight) total += w;
-  if (total <= reduced.capacity) return "";  // solve() settles this before the solver
+  if (fits_whole(reduced)) return "";  // solve() settles this before the solver
   detail::PlannerMemory memory(std::size_t{1} << 30, "exact");
   const detail::ReducedSolution s = detail::solve_exact(reduced, memory, std::nullopt, tuning);
   EXPECT_EQ(s.status, SolveStatus::kOptimal) << what;
   EXPECT_EQ(s.take.size(), reduced.size()) << what;
-  std::int64_t w = 0;
-  double v = 0;
-  for (std::size_t k = 0; k < reduced.size(); ++k) {
-    if (!s.take[k]) continue;
-    w += reduced.weight[k];
-    v += reduced.value[k];
-  }
+  const auto [w, v] = plan_totals(reduced, s.take);
   EXPECT_LE(w, reduced.capacity) << what << " " << s.path;
   EXPECT_NEAR(v, optimum, tolerance(optimum)) << what << " " << s.path;
   return s.path;
@@ -119,9 +110,7 @@ TEST(Classes, CardinalitySplitIsValid) {
     }
     const detail::ReducedProblem reduced = detail::reduce(p);
     if (reduced.size() == 0) continue;
-    double forced = 0;
-    for (std::size_t i : reduced.forced_saved) forced += p.value[i];
-    const double optimum = brute_force_value(p) - forced;
+    const double optimum = reduced_optimum(p, reduced);
     const std::vector<std::uint32_t> order = detail::order_by_efficiency(reduced);
     std::size_t lp_items = 0;
     std::int64_t used = 0;
@@ -149,13 +138,7 @@ TEST(Classes, CardinalitySplitIsValid) {
         }
         if (!o.take.empty()) {
           ++improved;
-          std::int64_t w = 0;
-          double v = 0;
-          for (std::size_t k = 0; k < reduced.size(); ++k) {
-            if (!o.take[k]) continue;
-            w += reduced.weight[k];
-            v += reduced.value[k];
-          }
+          const auto [w, v] = plan_totals(reduced, o.take);
           EXPECT_LE(w, reduced.capacity) << what;
           EXPECT_EQ(v, o.best_value) << what;
           EXPECT_GT(v, z) << what;
@@ -179,12 +162,8 @@ TEST(Classes, TargetOnlyLooksAboveIt) {
     }
     const detail::ReducedProblem reduced = detail::reduce(p);
     if (reduced.size() == 0) continue;
-    std::int64_t total = 0;
-    for (std::int64_t w : reduced.weight) total += w;
-    if (total <= reduced.capacity) continue;
-    double forced = 0;
-    for (std::size_t i : reduced.forced_saved) forced += p.value[i];
-    const double optimum = brute_force_value(p) - forced;
+    if (fits_whole(reduced)) continue;
+    const double optimum = reduced_optimum(p, reduced);
     const double step = trial % 2 == 1 ? 0.37 : 1.0;
     for (double target : {0.0, optimum - step, optimum, optimum + step}) {
       for (std::size_t checkpoint : {1, 8192}) {
@@ -197,13 +176,7 @@ TEST(Classes, TargetOnlyLooksAboveIt) {
         const std::string what =
             "trial " + std::to_string(trial) + " target " + std::to_string(target) + " " + s.path;
         EXPECT_EQ(s.status, SolveStatus::kOptimal) << what;
-        std::int64_t w = 0;
-        double v = 0;
-        for (std::size_t k = 0; k < reduced.size(); ++k) {
-          if (!s.take[k]) continue;
-          w += reduced.weight[k];
-          v += reduced.value[k];
-        }
+        const auto [w, v] = plan_totals(reduced, s.take);
         EXPECT_LE(w, reduced.capacity) << what;
         if (target <= optimum - tolerance(optimum)) {
           EXPECT_NEAR(v, optimum, tolerance(optimum)) << what;

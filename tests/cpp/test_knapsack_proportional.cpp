@@ -7,13 +7,14 @@
 #include <cmath>
 #include <random>
 
-#include "knapsack/reduced_problem.hpp"
-#include "test_support.hpp"
+#include "reduced_support.hpp"
 
 namespace remat {
 namespace {
 
-using testing::brute_force_value;
+using testing::fits_whole;
+using testing::plan_totals;
+using testing::reduced_optimum;
 using testing::tolerance;
 
 // Runtime equal to memory, real-valued, quantized at `scale`; every `dup`-th item repeats the
@@ -33,18 +34,6 @@ KnapsackProblem proportional(std::mt19937_64& rng, std::size_t n, double scale, 
   return quantize(in);
 }
 
-double plan_value(const detail::ReducedProblem& p, const std::vector<char>& take,
-                  std::int64_t* weight) {
-  double v = 0;
-  *weight = 0;
-  for (std::size_t k = 0; k < take.size(); ++k) {
-    if (!take[k]) continue;
-    v += p.value[k];
-    *weight += p.weight[k];
-  }
-  return v;
-}
-
 TEST(Proportional, SearchEqualsBruteForceFromAnyIncumbent) {
   std::mt19937_64 rng(23);
   for (int trial = 0; trial < 120; ++trial) {
@@ -54,9 +43,7 @@ TEST(Proportional, SearchEqualsBruteForceFromAnyIncumbent) {
                                              : proportional(rng, n, scale, trial % 5);
     const detail::ReducedProblem reduced = detail::reduce(p);
     if (reduced.size() == 0) continue;
-    double forced = 0;
-    for (std::size_t i : reduced.forced_saved) forced += p.value[i];
-    const double optimum = brute_force_value(p) - forced;
+    const double optimum = reduced_optimum(p, reduced);
     // From nothing, from half the optimum, and from the optimum itself (which it must prove).
     // Integral runtimes (random_small) also with their step of 1, from integral incumbents.
     const double step = trial % 8 == 3 ? 1.0 : 0.0;
@@ -72,8 +59,7 @@ TEST(Proportional, SearchEqualsBruteForceFromAnyIncumbent) {
         EXPECT_NEAR(incumbent, optimum, tolerance(optimum)) << what;
         continue;
       }
-      std::int64_t w = 0;
-      const double v = plan_value(reduced, o.take, &w);
+      const auto [w, v] = plan_totals(reduced, o.take);
       EXPECT_LE(w, reduced.capacity) << what;
       EXPECT_DOUBLE_EQ(v, o.best_value) << what;
       EXPECT_NEAR(v, optimum, tolerance(optimum)) << what;
@@ -91,21 +77,16 @@ TEST(Proportional, ExactSolverThroughThePathEqualsBruteForce) {
                                              : proportional(rng, n, 1e8, trial % 4);
     const detail::ReducedProblem reduced = detail::reduce(p);
     if (reduced.size() == 0) continue;
-    std::int64_t total = 0;
-    for (std::int64_t w : reduced.weight) total += w;
-    if (total <= reduced.capacity) continue;
-    double forced = 0;
-    for (std::size_t i : reduced.forced_saved) forced += p.value[i];
-    const double optimum = brute_force_value(p) - forced;
+    if (fits_whole(reduced)) continue;
+    const double optimum = reduced_optimum(p, reduced);
     detail::ExactTuning tuning;
     tuning.first_checkpoint = 1;
     tuning.min_proportional_items = 0;
     detail::PlannerMemory memory(std::size_t{1} << 30, "exact");
     const detail::ReducedSolution s = detail::solve_exact(reduced, memory, std::nullopt, tuning);
     EXPECT_EQ(s.status, SolveStatus::kOptimal) << trial;
-    std::int64_t w = 0;
-    EXPECT_NEAR(plan_value(reduced, s.take, &w), optimum, tolerance(optimum))
-        << trial << " " << s.path;
+    const auto [w, v] = plan_totals(reduced, s.take);
+    EXPECT_NEAR(v, optimum, tolerance(optimum)) << trial << " " << s.path;
     EXPECT_LE(w, reduced.capacity) << trial;
     ran += s.path == "proportional_search";
   }
