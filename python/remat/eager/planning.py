@@ -79,11 +79,11 @@ class Plan:
     def context_fn(self, region: int) -> Callable[[], Any] | None:
         """torch.utils.checkpoint's `context_fn` for region `region` (index into `regions`):
         its selective policy when the plan keeps some of its ops, else None (re-run all)."""
-        if not self.keeps_ops(region):
+        entry = self._entry(region)
+        if entry is None or not entry.cached:
             return None
         first = self.regions[region][0]
         op_profile, _ = self.profile.selective[first]
-        entry = self._entry(region)
         return selective.context_fn(op_profile, entry, self.profile.layers[first].name)
 
     def contexts(self) -> dict[int, Callable[[], Any]]:
@@ -172,14 +172,14 @@ class Plan:
             if option < 0:
                 continue
             rerun = format_seconds(p.layers[first].options[option][1])
-            if not self.keeps_ops(index):
+            op_profile, entries = p.selective[first]
+            entry = entries[option]
+            if not entry.cached:
                 lines.append(
                     f"  {'':>4}  {'':<{width}}  ^ layer {first} re-runs whole, up to its last "
                     f"saved op: {rerun}"
                 )
                 continue
-            op_profile, _ = p.selective[first]
-            entry = self._entry(index)
             lines.append(
                 f"  {'':>4}  {'':<{width}}  ^ layer {first} selective: "
                 f"{selective.describe(op_profile, entry)}; holds "
