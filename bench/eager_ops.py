@@ -24,8 +24,10 @@ saved bytes, every method runs the same training step (forward, cross-entropy, b
 Peak: on CUDA ``torch.cuda.max_memory_allocated`` over the step above what was allocated before
 it; on CPU torch's ``MemTracker`` (activations and temporaries at the step's peak). A method
 fits a budget when its peak is at most the budget plus what the plain step holds outside the
-blocks' saved bytes (embedding, head, loss, backward's working set). Step time: median over
-repeats, all methods interleaved in a shuffled order each round. On CPU the step runs on one
+blocks' saved bytes (embedding, head, loss, backward's working set). Step time: paired against
+plain: each round runs plain, then each method in a shuffled order with a plain step after each,
+and a method's overhead is the median over rounds of its step over the mean of its two
+neighbouring plain steps (a drifting machine moves both alike). On CPU the step runs on one
 thread (``--threads 1``, the default there) and is timed by that thread's CPU time, the clock
 remat's own measurements then use too (``remat.eager._runtime.clock``): time that other
 processes take from a shared machine is not counted. On CUDA, and with more threads, the wall
@@ -381,7 +383,7 @@ def main() -> None:
 
     budgets = sorted(
         {least + (everything - least) * k // (args.budgets - 1) for k in range(args.budgets)}
-        | {everything // 2}
+        | ({everything // 2} if everything // 2 >= least else set())  # small --config sizes
     )
     methods = [Method("no checkpointing", plain_setup)]
     methods += [
@@ -430,22 +432,40 @@ def main() -> None:
         for handle in handles.values():
             handle.remove()
         reset_layers()
-    order = list(methods)
+    plain_method, others = methods[0], methods[1:]
+
+    def timed(method) -> float:
+        step = method.setup()
+        model.zero_grad(set_to_none=False)
+        sync(device)
+        start = now()
+        step()
+        sync(device)
+        seconds = now() - start
+        for handle in handles.values():
+            handle.remove()
+        reset_layers()
+        return seconds
+
+    # Paired rounds: plain, m1, plain, m2, ..., plain. Each method's step is divided by the mean
+    # of the plain steps on either side of it, so a machine that drifts over a round (frequency,
+    # load, other tenants) moves both sides of the ratio alike.
+    for r in results.values():
+        r["ratios"] = []
     for _ in range(args.repeats):
-        random.shuffle(order)
-        for method in order:
-            step = method.setup()
-            model.zero_grad(set_to_none=False)
-            sync(device)
-            start = now()
-            step()
-            sync(device)
-            results[method.name]["times"].append(now() - start)
-            for handle in handles.values():
-                handle.remove()
-            reset_layers()
+        random.shuffle(others)
+        before = timed(plain_method)
+        results[plain_method.name]["times"].append(before)
+        for method in others:
+            seconds = timed(method)
+            after = timed(plain_method)
+            results[method.name]["times"].append(seconds)
+            results[method.name]["ratios"].append(seconds / ((before + after) / 2))
+            results[plain_method.name]["times"].append(after)
+            before = after
     for r in results.values():
         r["seconds"] = statistics.median(r["times"])
+        r["over"] = statistics.median(r["ratios"]) - 1 if r["ratios"] else 0.0
     plain = results["no checkpointing"]
     outside = max(0, plain["peak"] - everything)
     report = write_report(
@@ -490,24 +510,28 @@ def write_report(
         "",
         "## Every method",
         "",
-        "Step is the median of the rounds (targets are judged on it); the fastest round and the "
-        "spread between the rounds' quartiles show how much the machine moved the timings.",
+        "Over plain is the median, over the rounds, of the method's step divided by the mean of the "
+        "plain steps run just before and just after it (targets are judged on it); its quartile "
+        "spread says how much the pairs disagree. Step is the median of the method's own steps, "
+        "for scale.",
         "",
-        "| method | peak | step | over plain | fastest round | quartile spread |",
+        "| method | peak | over plain (paired) | paired quartile spread | step | fastest step |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, r in sorted(results.items(), key=lambda kv: kv[1]["peak"]):
-        quartiles = statistics.quantiles(r["times"], n=4) if len(r["times"]) > 1 else [0, 0, 0]
+        spread = ""
+        if len(r["ratios"]) > 1:
+            quartiles = statistics.quantiles(r["ratios"], n=4)
+            spread = f"{(quartiles[2] - quartiles[0]) * 100:.1f} pts"
         lines.append(
-            f"| {name} | {format_bytes(r['peak'])} | {r['seconds'] * 1e3:.1f} ms | "
-            f"{(r['seconds'] / plain['seconds'] - 1) * 100:+.1f}% | {min(r['times']) * 1e3:.1f} ms | "
-            f"{(quartiles[2] - quartiles[0]) / r['seconds'] * 100:.0f}% |"
+            f"| {name} | {format_bytes(r['peak'])} | {r['over'] * 100:+.1f}% | {spread} | "
+            f"{r['seconds'] * 1e3:.1f} ms | {min(r['times']) * 1e3:.1f} ms |"
         )
     lines += [
         "",
         "## At each budget: remat against the fastest other method that fits",
         "",
-        "| budget | remat op+region | remat region-only | fastest other that fits | remat op / other | target |",
+        "| budget | remat op+region | remat region-only | fastest other that fits | remat op / other (paired steps) | target |",
         "| ---: | ---: | ---: | --- | ---: | --- |",
     ]
     summary = []
@@ -515,23 +539,23 @@ def write_report(
         op = results[f"remat op {format_bytes(budget)}"]
         block = results[f"remat block {format_bytes(budget)}"]
         others = [
-            (r["seconds"], name)
+            (r["over"], name)
             for name, r in results.items()
             if not name.startswith("remat") and r["peak"] <= budget + outside
         ]
         best = min(others) if others else None
-        ratio = op["seconds"] / best[0] if best else float("nan")
-        met = best is None or op["seconds"] <= best[0]
+        ratio = (1 + op["over"]) / (1 + best[0]) if best else float("nan")
+        met = best is None or op["over"] <= best[0]
         summary.append({"budget": budget, "op": op, "block": block, "best": best, "met": met})
         lines.append(
-            f"| {format_bytes(budget)} | {op['seconds'] * 1e3:.1f} ms, {format_bytes(op['peak'])} | "
-            f"{block['seconds'] * 1e3:.1f} ms, {format_bytes(block['peak'])} | "
-            + (f"{best[1]}: {best[0] * 1e3:.1f} ms" if best else "none fits")
+            f"| {format_bytes(budget)} | {op['over'] * 100:+.1f}%, {format_bytes(op['peak'])} | "
+            f"{block['over'] * 100:+.1f}%, {format_bytes(block['peak'])} | "
+            + (f"{best[1]}: {best[0] * 100:+.1f}%" if best else "none fits")
             + f" | {ratio:.3f} | {'met' if met else 'missed'} |"
         )
     half = min(budgets, key=lambda b: abs(b - everything // 2))
-    op_over = results[f"remat op {format_bytes(half)}"]["seconds"] / plain["seconds"] - 1
-    block_over = results[f"remat block {format_bytes(half)}"]["seconds"] / plain["seconds"] - 1
+    op_over = results[f"remat op {format_bytes(half)}"]["over"]
+    block_over = results[f"remat block {format_bytes(half)}"]["over"]
     lines += [
         "",
         f"At half the no-checkpoint saved bytes ({format_bytes(half)}): remat op+region "
@@ -577,7 +601,7 @@ def milp_report(milp, budgets, results, outside, device) -> list[str]:
         "(the blocks' no-checkpoint saved bytes - the budget). Discard ratios are per block "
         "(blocks not listed run plainly); saved ops are what torch's per-module MILP keeps.",
         "",
-        "| budget | MILP budget | sac_milp solve | per-block MILPs | blocks: discard ratio (ops saved) | predicted peak | measured peak | step | fits |",
+        "| budget | MILP budget | sac_milp solve | per-block MILPs | blocks: discard ratio (ops saved) | predicted peak | measured peak | over plain (paired) | fits |",
         "| ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- |",
     ]
     for budget in budgets:
@@ -603,7 +627,7 @@ def milp_report(milp, budgets, results, outside, device) -> list[str]:
             f"| {format_bytes(budget)} | {format_bytes(p['milp_budget_bytes'])} | "
             f"{p['solve_seconds'] * 1e3:.0f} ms | {p['policy_seconds'] * 1e3:.0f} ms | {ratios} | "
             f"{format_bytes(p['predicted_peak_bytes'])} | {format_bytes(r['peak'])} | "
-            f"{r['seconds'] * 1e3:.1f} ms | {'yes' if r['peak'] <= budget + outside else 'no'} |"
+            f"{r['over'] * 100:+.1f}% | {'yes' if r['peak'] <= budget + outside else 'no'} |"
         )
     if MILP_DIVERGED:
         lines += [
