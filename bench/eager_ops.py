@@ -424,14 +424,19 @@ def main() -> None:
                 return lambda: run_step(model, tokens)
 
             methods.append(Method(f"sac_milp {format_bytes(budget)}", milp_setup))
+
+    def restore() -> None:
+        """The model as built: every remat handle off, the original blocks back in place."""
+        for handle in handles.values():
+            handle.remove()
+        reset_layers()
+
     results: dict[str, dict] = {}
     for method in methods:
         step = method.setup()
         step()  # warm-up (and, for remat, the plan)
         results[method.name] = {"peak": peak_of(step, model, device), "times": []}
-        for handle in handles.values():
-            handle.remove()
-        reset_layers()
+        restore()
     plain_method, others = methods[0], methods[1:]
 
     def timed(method) -> float:
@@ -442,9 +447,7 @@ def main() -> None:
         step()
         sync(device)
         seconds = now() - start
-        for handle in handles.values():
-            handle.remove()
-        reset_layers()
+        restore()
         return seconds
 
     # Paired rounds: plain, m1, plain, m2, ..., plain. Each method's step is divided by the mean
