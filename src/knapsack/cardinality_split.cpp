@@ -169,6 +169,7 @@ SplitOutcome cardinality_split(const ReducedProblem& p, std::size_t lp_items, do
 
   ExactTuning inner_tuning = tuning;
   inner_tuning.shift = false;
+  inner_tuning.band = false;
   double remaining = -std::numeric_limits<double>::infinity();  // over cardinalities left open
   for (const Candidate& c : open) {
     if (!beats(c.bound)) continue;  // the incumbent rose since

@@ -24,7 +24,9 @@
 // inverse strongly correlated and subset-sum-like instances. With integral runtimes, once the
 // search has run about as long as its LP bounds take, cardinality_split.cpp solves the
 // Lagrangian-shifted knapsack of each number of items a better plan could have (almost strongly
-// correlated instances), with a share of the time. Before those, an instance of at most
+// correlated instances), with a share of the time, and band_split.cpp does the same on the core
+// that reduced-cost fixing leaves, counting only the items of weight near the break item's
+// (circle instances). Before those, an instance of at most
 // 64 items (and more than 32) goes to proportional_search.cpp (meet in the middle over flip sets of
 // bounded loss against Dantzig's bound), which solves near-proportional ones (runtime proportional
 // to memory at a fine scale) or gives up quickly. The bound costs O(n) per LP, so it is computed
@@ -166,6 +168,9 @@ class ExpandingCore {
           // repeat the same search (circle instances: the split's bounds barely beat Dantzig's).
           if (const auto done = split_by_cardinality()) return *done;
         }
+        if (band_tries_ > 0 && band_tries_ < kMaxSplitTries && band_retry_due()) {
+          if (const auto done = split_by_band()) return *done;
+        }
         if (states_.size() > next_checkpoint_) {
           // The list keeps growing: the bounds are weak here. Look for better plans outside the
           // core, and try to prove the incumbent with the cardinality bound.
@@ -183,6 +188,7 @@ class ExpandingCore {
           pair_with_outside_items(s, t);
           if (proven_by_cardinality()) return finish_enumerated();
           if (const auto done = split_by_cardinality()) return *done;
+          if (const auto done = split_by_band()) return *done;
         }
         s_ = s;
         t_ = t;
@@ -412,6 +418,7 @@ class ExpandingCore {
       return true;
     }
     cardinality_bound_ = std::min(cardinality_bound_, bound);  // valid for the reports
+    plain_cardinality_gap_ = bound - best_value_;
     return false;
   }
 
@@ -449,25 +456,80 @@ class ExpandingCore {
     const double took = std::chrono::duration<double>(Clock::now() - now).count();
     split_cost_ = std::max(split_cost_, took);
     split_spent_ += o.inner_seconds;
+    return adopt(o, "cardinality_split", split_tries_);
+  }
+
+  // A split's outcome: its better plan becomes the incumbent, and a proof ends the search, with
+  // the plan's source and then the split in the path (the split's own plans: just the split).
+  // A split that tried no inner search cannot do better later: it is not tried again.
+  std::optional<ReducedSolution> adopt(SplitOutcome& o, const std::string& step, int& tries) {
     if (!o.take.empty() && o.best_value > best_value_) {
       best_value_ = o.best_value;
       greedy_take_ = std::move(o.take);
       best_node_ = kGreedyIncumbent;
-      incumbent_source_ = "cardinality_split";
+      incumbent_source_ = step;
     }
     if (o.proven) {
       ReducedSolution solution;
       solution.take = best_node_ == kGreedyIncumbent ? greedy_take_ : finish_take();
       solution.status = SolveStatus::kOptimal;
-      // The plan's source, then the proof (the split's own plans: just the split).
       const std::string source =
           best_node_ == kGreedyIncumbent ? incumbent_source_ : std::string("expanding_core");
-      solution.path = source == "cardinality_split" ? source : source + "+cardinality_split";
+      solution.path = source == step ? source : source + "+" + step;
       return solution;
     }
     cardinality_bound_ = std::min(cardinality_bound_, o.upper_bound);
-    if (!o.attempted) split_tries_ = kMaxSplitTries;  // it cannot do better later
+    if (!o.attempted) tries = kMaxSplitTries;
     return std::nullopt;
+  }
+
+  // Pisinger's circle class: the split above barely beats Dantzig's bound, since a few tiny
+  // items let its LP trade the number of items for almost nothing. band_split.cpp fixes what the
+  // incumbent settles and counts only the items of the core whose weight is near the break
+  // item's. Same schedule as split_by_cardinality, with its own tries and time share.
+  std::optional<ReducedSolution> split_by_band() {
+    if (!tuning_.band || !integral_values_ || band_tries_ >= kMaxSplitTries) return std::nullopt;
+    // Only where the surrogate cardinality bound (all items counted) has been tried and left
+    // more than half of Dantzig's gap: where it is strong (strongly correlated classes) it proves
+    // the incumbent soon, and the bands would only take time from it.
+    if (!(plain_cardinality_gap_ >
+          tuning_.band_after_cardinality_share * (lp_bound() - best_value_))) {
+      return std::nullopt;
+    }
+    const auto now = Clock::now();
+    const double ran = std::chrono::duration<double>(now - start_).count();
+    const double spent = split_spent_ + band_spent_;
+    if (ran < band_cost_ || band_spent_ > ran - spent) return std::nullopt;
+    if (deadline_ && std::chrono::duration<double>(*deadline_ - now).count() < band_cost_) {
+      return std::nullopt;
+    }
+    ++band_tries_;
+    band_tried_at_ = best_value_;
+    band_tried_after_ = ran;
+    const double inner_seconds = std::max(0.01, ran - spent);
+    SplitOutcome o;
+    try {
+      o = band_split(p_, order_, break_pos_, best_value_, value_step_, memory_, deadline_,
+                     inner_seconds, band_cache_, tuning_);
+    } catch (const PlannerMemoryError&) {
+      return std::nullopt;  // the search goes on without it
+    }
+    band_cost_ = std::max(band_cost_, std::chrono::duration<double>(Clock::now() - now).count());
+    band_spent_ += o.inner_seconds;
+    return adopt(o, "band_split", band_tries_);
+  }
+
+  // Dantzig's bound of the whole problem, computed once.
+  double lp_bound() {
+    if (!lp_bound_) lp_bound_ = lp_upper_bound(p_);
+    return *lp_bound_;
+  }
+
+  // A band split cut short is tried again once the incumbent improved or the search has run
+  // a quarter longer than when it was last tried (its inner searches then get more time).
+  bool band_retry_due() const {
+    if (best_value_ > band_tried_at_) return true;
+    return std::chrono::duration<double>(Clock::now() - start_).count() >= 1.25 * band_tried_after_;
   }
 
   // State pairing (after combo): every live state combined with one item outside the core,
@@ -742,6 +804,14 @@ class ExpandingCore {
   double split_tried_at_ = 0;  // the incumbent when the last try began
   double split_spent_ = 0;     // seconds in the split's inner searches so far
   SplitCache split_cache_;
+  int band_tries_ = 0;
+  double band_tried_at_ = 0;
+  double band_spent_ = 0;
+  double band_tried_after_ = 0;
+  BandCache band_cache_;
+  double plain_cardinality_gap_ = -1;  // the last surrogate cardinality bound over the incumbent
+  std::optional<double> lp_bound_;  // seconds the search had run when the band split was last tried
+  double band_cost_ = 4.8e-6 * static_cast<double>(p_.size());  // seconds, as split_cost_
   double split_cost_ =
       4.8e-6 * static_cast<double>(p_.size());  // seconds, see split_by_cardinality
   std::optional<CardinalityBounds> cardinality_;

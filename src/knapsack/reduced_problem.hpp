@@ -120,6 +120,8 @@ struct SplitOutcome {
   bool attempted = false;                                        // an inner search ran
   double inner_seconds = 0;                                      // spent in inner searches
   double upper_bound = std::numeric_limits<double>::infinity();  // on plans beating incumbent
+  std::size_t bands = 0;                                         // band_split: the bands it counted
+  std::size_t dual_rounds = 0;  // band_split: shifted searches beyond the first of each vector
 };
 // The incumbent-free LP bounds of earlier calls on the same problem, kept by the caller.
 struct SplitCache {
@@ -135,6 +137,55 @@ SplitOutcome cardinality_split(const ReducedProblem& p, std::size_t lp_items, do
                                std::optional<Clock::time_point> deadline,
                                std::optional<Clock::time_point> inner_deadline,
                                const ExactTuning& tuning);
+
+// Integral runtimes only: the plans that can beat `incumbent`, on the core that reduced-cost
+// fixing leaves, split by how many items they save in each band of weight near the break item's,
+// each count vector's shifted knapsack solved exactly (see band_split.cpp). `order` and
+// `break_pos` as in the expanding core; the inner searches get `inner_seconds` together, from the
+// first one's start; `take`, when not empty, is a plan of `p`.
+// A count constraint on the items of a group of bands (a bit mask of them).
+struct BandCount {
+  enum class Sense { kAtMost, kExactly, kAtLeast };
+  unsigned mask;
+  Sense sense;
+  std::size_t count;
+  bool operator==(const BandCount& o) const {
+    return mask == o.mask && sense == o.sense && count == o.count;
+  }
+};
+// The LP bound of band_split.cpp on every plan of `p` that meets `counts` (disjoint groups; item
+// k is in band band_of[k], or free when it is -1): -infinity when no plan can. For the tests.
+double band_count_bound(const ReducedProblem& p, const std::vector<int>& band_of, std::size_t bands,
+                        const std::vector<BandCount>& counts);
+
+// The multipliers each count vector's subgradient steps reached, kept by the caller between tries
+// on the same problem (the bands depend on the incumbent; a vector's multipliers are valid for
+// any).
+struct BandCache {
+  struct Core {  // which core the entries are for
+    std::size_t size = 0;
+    std::int64_t capacity = -1;
+    double fixed_value = 0;
+    bool operator==(const Core& o) const {
+      return size == o.size && capacity == o.capacity && fixed_value == o.fixed_value;
+    }
+  } core;
+  struct Bound {
+    std::vector<BandCount> constraints;
+    double bound, lambda;
+  };
+  std::vector<Bound> bounds;
+  struct Entry {
+    std::vector<std::size_t> count;
+    std::vector<double> mu;
+  };
+  std::vector<Entry> entries;
+};
+SplitOutcome band_split(const ReducedProblem& p, const std::vector<std::uint32_t>& order,
+                        std::size_t break_pos, double incumbent, double value_step,
+                        PlannerMemory& memory, std::optional<Clock::time_point> deadline,
+                        std::optional<double> inner_seconds, BandCache& cache,
+                        const ExactTuning& tuning);
 
 // The best set of flips of the break solution within the 2h items nearest the break item (see
 // core_enumeration.cpp).
@@ -198,7 +249,13 @@ struct ExactTuning {
   bool bundle_only_if_halved = true;
   std::size_t max_enumerated_half = 20;  // core enumeration: 2^half sums a half
   bool shift = true;                     // cardinality_split (cardinality_split.cpp)
-  bool proportional = true;              // proportional_search for n <= 64
+  bool band = true;                      // band_split (band_split.cpp)
+  // band_split runs only once the surrogate cardinality bound has left more than this share of
+  // Dantzig's gap over the incumbent (negative: whatever it left, or before it ran), and searches
+  // only when its own bounds leave at most this share.
+  double band_after_cardinality_share = 0.5;
+  double band_max_gap_share = 0.05;
+  bool proportional = true;  // proportional_search for n <= 64
   // Up to 2 x 16 items, core enumeration over every item is exact and cheaper.
   std::size_t min_proportional_items = 33;
   // Only plans worth at least this much are looked for (cardinality_split's inner searches):

@@ -4,6 +4,7 @@
 // runs on instances small enough for brute force. Also: the time limit on a hard large instance.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
 #include <set>
 
@@ -67,6 +68,8 @@ TEST(Classes, EveryPathEqualsBruteForceOnEachClass) {
           tuning.min_bundled_items = bundled;
           tuning.bundle_only_if_halved = bundled > 1;
           tuning.max_enumerated_half = checkpoint == 1 ? 2 : 20;
+          tuning.band_after_cardinality_share = -1;  // the bands whatever that bound left
+          tuning.band_max_gap_share = bundled == 1 ? 1.0 : 0.05;
           paths.insert(expect_exact(p, tuning,
                                     std::string(family) + " seed " + std::to_string(seed) +
                                         " checkpoint " + std::to_string(checkpoint)));
@@ -87,6 +90,62 @@ TEST(Classes, EveryPathEqualsBruteForceOnEachClass) {
   EXPECT_TRUE(ran("meet_in_the_middle"));
   EXPECT_TRUE(ran("proportional_search"));
   EXPECT_TRUE(ran("cardinality_split"));
+  // band_split: the small instances here are proven before it starts (see the next test).
+}
+
+// band_split inside the whole search, on a circle instance it was built for: the optimum the
+// expanding core alone proved before band_split existed (5.6 s, `remat solve --time-limit 30`
+// at commit 283f582), now through the bands in a fraction of that.
+TEST(Classes, BandSplitProvesACircleInstance) {
+  GenerateOptions o;
+  o.family = "circle";
+  o.n = 10000;
+  o.seed = 3;
+  o.range = 100000;
+  const KnapsackProblem p = quantize(generate(o).input);
+  const detail::ReducedProblem reduced = detail::reduce(p);
+  detail::PlannerMemory memory(std::size_t{1} << 30, "exact");
+  const detail::ReducedSolution s = detail::solve_exact(
+      reduced, memory, detail::Clock::now() + std::chrono::seconds(20), detail::ExactTuning{});
+  EXPECT_EQ(s.status, SolveStatus::kOptimal);
+  EXPECT_NE(s.path.find("band_split"), std::string::npos) << s.path;
+  const auto [w, v] = plan_totals(reduced, s.take);
+  EXPECT_LE(w, reduced.capacity);
+  EXPECT_EQ(v, 498371739.0);
+}
+
+// The items before the break item in efficiency order (what the splits call lp_items and
+// break_pos).
+std::size_t break_position(const detail::ReducedProblem& reduced,
+                           const std::vector<std::uint32_t>& order) {
+  std::size_t items = 0;
+  std::int64_t used = 0;
+  while (items < order.size() && used + reduced.weight[order[items]] <= reduced.capacity) {
+    used += reduced.weight[order[items++]];
+  }
+  return items;
+}
+
+// What every split's outcome must satisfy against brute force, from incumbent z: its plan within
+// budget and worth what it says, its bound covering the optimum, and a proof only for the
+// optimum. Counts the proofs and the better plans.
+void expect_valid_split(const detail::SplitOutcome& o, const detail::ReducedProblem& reduced,
+                        double optimum, double z, const std::string& what, int& proven,
+                        int& improved) {
+  EXPECT_LE(o.best_value, optimum) << what;
+  EXPECT_GE(o.best_value, z) << what;
+  EXPECT_GE(o.upper_bound, optimum) << what;
+  if (o.proven) {
+    EXPECT_EQ(o.best_value, std::max(z, optimum)) << what;
+    ++proven;
+  }
+  if (!o.take.empty()) {
+    ++improved;
+    const auto [w, v] = plan_totals(reduced, o.take);
+    EXPECT_LE(w, reduced.capacity) << what;
+    EXPECT_EQ(v, o.best_value) << what;
+    EXPECT_GT(v, z) << what;
+  }
 }
 
 // cardinality_split.cpp on its own, on the classes it is for and on random integral instances,
@@ -111,12 +170,7 @@ TEST(Classes, CardinalitySplitIsValid) {
     const detail::ReducedProblem reduced = detail::reduce(p);
     if (reduced.size() == 0) continue;
     const double optimum = reduced_optimum(p, reduced);
-    const std::vector<std::uint32_t> order = detail::order_by_efficiency(reduced);
-    std::size_t lp_items = 0;
-    std::int64_t used = 0;
-    while (lp_items < order.size() && used + reduced.weight[order[lp_items]] <= reduced.capacity) {
-      used += reduced.weight[order[lp_items++]];
-    }
+    const std::size_t lp_items = break_position(reduced, detail::order_by_efficiency(reduced));
     for (double z : {0.0, std::floor(optimum * 0.98), optimum - 1, optimum}) {
       if (z < 0) continue;
       for (bool cut : {false, true}) {
@@ -129,25 +183,126 @@ TEST(Classes, CardinalitySplitIsValid) {
         const detail::SplitOutcome o = detail::cardinality_split(
             reduced, lp_items, z, 1.0, cache, memory, std::nullopt, inner, tuning);
         const std::string what = "trial " + std::to_string(trial) + " z " + std::to_string(z);
-        EXPECT_LE(o.best_value, optimum) << what;
-        EXPECT_GE(o.best_value, z) << what;
-        EXPECT_GE(o.upper_bound, optimum) << what;
-        if (o.proven) {
-          EXPECT_EQ(o.best_value, std::max(z, optimum)) << what;
-          ++proven;
-        }
-        if (!o.take.empty()) {
-          ++improved;
-          const auto [w, v] = plan_totals(reduced, o.take);
-          EXPECT_LE(w, reduced.capacity) << what;
-          EXPECT_EQ(v, o.best_value) << what;
-          EXPECT_GT(v, z) << what;
-        }
+        expect_valid_split(o, reduced, optimum, z, what, proven, improved);
       }
     }
   }
   EXPECT_GT(proven, 100);
   EXPECT_GT(improved, 20);
+}
+
+// band_split.cpp on its own, like the cardinality split above: circle instances (its class),
+// almost strongly correlated ones and random integral ones, from incumbents below and at the
+// optimum, with inner searches cut short or not. Also checks that it fixes items and proves
+// something on circle instances, so that the band (not only the fixing) is exercised.
+TEST(Classes, BandSplitIsValid) {
+  std::mt19937_64 rng(31);
+  int proven = 0, improved = 0, proven_circle = 0, several_bands = 0, dual_rounds = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    KnapsackProblem p;
+    const bool circle = trial % 3 != 2;
+    if (circle) {
+      GenerateOptions o;
+      o.family = trial % 7 == 0 ? "almost_strongly_correlated" : "circle";
+      o.n = 6 + static_cast<std::size_t>(trial % 15);
+      o.seed = static_cast<std::uint64_t>(trial);
+      o.range = trial % 3 == 0 ? 1000 : 100000;
+      o.capacity_ratio = trial % 4 == 0 ? 0.3 : 0.5;
+      p = quantize(generate(o).input);
+    } else {
+      p = testing::random_small(rng, 4 + static_cast<std::size_t>(trial % 13), 40);
+    }
+    const detail::ReducedProblem reduced = detail::reduce(p);
+    if (reduced.size() == 0 || fits_whole(reduced)) continue;
+    const double optimum = reduced_optimum(p, reduced);
+    const std::vector<std::uint32_t> order = detail::order_by_efficiency(reduced);
+    const std::size_t break_pos = break_position(reduced, order);
+    for (double z : {0.0, std::floor(optimum * 0.99), optimum - 1, optimum}) {
+      if (z < 0) continue;
+      for (bool cut : {false, true}) {
+        detail::PlannerMemory memory(std::size_t{1} << 30, "exact");
+        detail::ExactTuning tuning;
+        tuning.first_checkpoint = 1;
+        tuning.band_max_gap_share = trial % 2 == 0 ? 1.0 : 0.05;
+        const auto inner = cut ? std::optional(0.0) : std::nullopt;
+        detail::BandCache cache;
+        const detail::SplitOutcome o = detail::band_split(reduced, order, break_pos, z, 1.0, memory,
+                                                          std::nullopt, inner, cache, tuning);
+        const std::string what = "trial " + std::to_string(trial) + " z " + std::to_string(z);
+        expect_valid_split(o, reduced, optimum, z, what, proven, improved);
+        EXPECT_EQ(memory.current(), 0u) << what;
+        several_bands += o.bands > 1 ? 1 : 0;
+        dual_rounds += o.dual_rounds > 0 ? 1 : 0;
+        if (o.proven && circle && z < optimum) ++proven_circle;
+      }
+    }
+  }
+  EXPECT_GT(proven, 100);
+  EXPECT_GT(improved, 20);
+  EXPECT_GT(proven_circle, 20);
+  EXPECT_GT(several_bands, 20);  // the counts of two or more bands
+  EXPECT_GT(dual_rounds, 5);     // subgradient steps after a duality gap
+}
+
+// band_split.cpp's LP bound under count constraints, against the best plan that meets them
+// (every subset enumerated): never below it, never above Dantzig's bound, and equal to it with
+// no constraint.
+TEST(Classes, BandCountBoundCoversEveryPlanThatMeetsIt) {
+  using Sense = detail::BandCount::Sense;
+  std::mt19937_64 rng(37);
+  int finite = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const KnapsackProblem p =
+        testing::random_small(rng, 4 + static_cast<std::size_t>(trial % 9), 40);
+    const detail::ReducedProblem reduced = detail::reduce(p);
+    const std::size_t n = reduced.size();
+    if (n == 0) continue;
+    const std::size_t bands = 1 + static_cast<std::size_t>(trial % 3);
+    std::vector<int> band_of(n);
+    for (int& b : band_of) b = static_cast<int>(rng() % (bands + 1)) - 1;  // -1: free
+    std::vector<detail::BandCount> counts;
+    unsigned used = 0;
+    for (std::size_t j = 0; j < bands; ++j) {
+      if (rng() % 4 == 0) continue;  // this band free
+      unsigned mask = 1u << j;
+      if (j + 1 < bands && rng() % 3 == 0) mask |= 1u << ++j;  // a group of two
+      const auto sense = static_cast<Sense>(rng() % 3);
+      counts.push_back({mask, sense, static_cast<std::size_t>(rng() % 4)});
+      used |= mask;
+    }
+    double best = -std::numeric_limits<double>::infinity();
+    for (std::uint64_t set = 0; set < (std::uint64_t{1} << n); ++set) {
+      std::int64_t w = 0;
+      double v = 0;
+      std::vector<std::size_t> in(bands, 0);
+      for (std::size_t k = 0; k < n; ++k) {
+        if (!(set >> k & 1)) continue;
+        w += reduced.weight[k];
+        v += reduced.value[k];
+        if (band_of[k] >= 0) ++in[static_cast<std::size_t>(band_of[k])];
+      }
+      bool meets = w <= reduced.capacity;
+      for (const auto& c : counts) {
+        std::size_t got = 0;
+        for (std::size_t j = 0; j < bands; ++j) got += (c.mask >> j & 1u) ? in[j] : 0;
+        meets = meets && (c.sense == Sense::kAtMost    ? got <= c.count
+                          : c.sense == Sense::kExactly ? got == c.count
+                                                       : got >= c.count);
+      }
+      if (meets) best = std::max(best, v);
+    }
+    const double bound = detail::band_count_bound(reduced, band_of, bands, counts);
+    const std::string what = "trial " + std::to_string(trial);
+    EXPECT_GE(bound, best - 1e-9) << what;
+    if (best > -std::numeric_limits<double>::infinity()) {
+      ++finite;
+      EXPECT_LE(bound, detail::lp_upper_bound(reduced) * (1 + 1e-8) + 1e-6) << what;
+    }
+    if (counts.empty()) {
+      EXPECT_NEAR(bound, detail::lp_upper_bound(reduced), 1e-6 * (1 + bound)) << what;
+    }
+  }
+  EXPECT_GT(finite, 150);
 }
 
 // ExactTuning::target (the split's inner searches): a target at or below the optimum still finds
