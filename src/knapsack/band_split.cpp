@@ -161,10 +161,9 @@ class BandBounds {
     return counts;
   }
 
-  // mu_j for exact counts at lambda: between the k_j-th and the (k_j + 1)-th largest term of band
-  // j, rounded to an integer (any mu is valid; these make the shifted LP bound about B).
-  std::vector<double> multipliers(double lambda, const std::vector<std::size_t>& count,
-                                  std::vector<double>* unrounded = nullptr) const {
+  // mu_j for exact counts at lambda: midway between the k_j-th and the (k_j + 1)-th largest term
+  // of band j, the LP's multiplier for that count.
+  std::vector<double> multipliers(double lambda, const std::vector<std::size_t>& count) const {
     std::vector<double> mu(members_.size(), 0.0);
     for (std::size_t j = 0; j < members_.size(); ++j) {
       gather(lambda, 1u << j);
@@ -172,8 +171,7 @@ class BandBounds {
       const std::size_t k = count[j];
       const double upper = k > 0 ? terms_[k - 1].first : terms_.front().first + 1.0;
       const double lower = k < terms_.size() ? terms_[k].first : terms_.back().first - 1.0;
-      mu[j] = std::nearbyint(0.5 * (upper + lower));
-      if (unrounded) (*unrounded)[j] = 0.5 * (upper + lower);
+      mu[j] = 0.5 * (upper + lower);
     }
     return mu;
   }
@@ -463,6 +461,11 @@ SplitOutcome band_split(const ReducedProblem& p, const std::vector<std::uint32_t
       settled_shifted += j >= 0 ? core.value[k] - mu[static_cast<std::size_t>(j)] : core.value[k];
       if (j >= 0) ++got[static_cast<std::size_t>(j)];
     }
+    if (settled_weight > core.capacity) {
+      // The settled items alone are over the budget: no plan has these counts and beats z.
+      bound = -std::numeric_limits<double>::infinity();
+      return true;
+    }
     ReducedProblem q;
     std::vector<std::uint32_t> q_of;
     const std::size_t q_bytes = m * (2 * sizeof(std::size_t) + sizeof(std::int64_t) +
@@ -487,12 +490,6 @@ SplitOutcome band_split(const ReducedProblem& p, const std::vector<std::uint32_t
     }
     q.original_size = q.size();
     ReducedSolution inner;
-    if (q.capacity < 0) {
-      inner.status = SolveStatus::kOptimal;  // the settled items alone are over the budget:
-      bound = -std::numeric_limits<double>::infinity();  // no plan has these counts and beats z
-      memory.release(q_bytes);
-      return true;
-    }
     if (q.size() == 0 || q_weight <= q.capacity) {
       inner.take.assign(q.size(), 1);
     } else {
@@ -511,20 +508,21 @@ SplitOutcome band_split(const ReducedProblem& p, const std::vector<std::uint32_t
     }
     memory.release(memory.current() - before_inner);
     double shifted = settled_shifted, value = settled_value;
-    std::vector<char> take(before);
-    for (std::size_t k = 0; k < m; ++k) take[item_of[k]] = settled[k] == 1;
     for (std::size_t j = 0; j < q.size(); ++j) {
       if (!inner.take[j]) continue;
-      take[item_of[q_of[j]]] = 1;
       shifted += q.value[j];
       value += core.value[q_of[j]];
       if (bounds.band(q_of[j]) >= 0) ++got[static_cast<std::size_t>(bounds.band(q_of[j]))];
     }
-    memory.release(q_bytes);
-    if (value + fixed_value > out.best_value) {
+    if (value + fixed_value > out.best_value) {  // a plan of p: fixed, settled and searched items
       out.best_value = value + fixed_value;
-      out.take = std::move(take);
+      out.take = before;
+      for (std::size_t k = 0; k < m; ++k) out.take[item_of[k]] = settled[k] == 1;
+      for (std::size_t j = 0; j < q.size(); ++j) {
+        if (inner.take[j]) out.take[item_of[q_of[j]]] = 1;
+      }
     }
+    memory.release(q_bytes);
     if (inner.status != SolveStatus::kOptimal) return false;
     // The best plan of the shifted problem, or (below the target) a value no plan with these
     // counts beats the incumbent by: either way it bounds what they can be worth.
@@ -537,12 +535,15 @@ SplitOutcome band_split(const ReducedProblem& p, const std::vector<std::uint32_t
     // Any mu gives a valid bound; when the shifted problem's best plan has other counts than the
     // vector's, the bound it gives can exceed the vector's best, and a subgradient step on mu
     // (Polyak's, towards the incumbent) tries again, up to kDualRounds times.
+    const std::vector<double> mu_lp = bounds.multipliers(c.lambda, c.count);
     BandCache::Entry* cached = nullptr;
     for (BandCache::Entry& e : cache.entries) {
       if (e.count == c.count) cached = &e;
     }
-    if (!cached) {
-      cache.entries.push_back({c.count, bounds.multipliers(c.lambda, c.count)});
+    if (!cached) {  // the searches' multipliers: the LP's, rounded to integers (runtimes stay so)
+      std::vector<double> mu(mu_lp);
+      for (double& x : mu) x = std::nearbyint(x);
+      cache.entries.push_back({c.count, std::move(mu)});
       cached = &cache.entries.back();
     }
     std::vector<double>& mu = cached->mu;  // a later try goes on from the last step's
@@ -553,8 +554,6 @@ SplitOutcome band_split(const ReducedProblem& p, const std::vector<std::uint32_t
     // a free item's term).
     std::vector<char> settled(m, 0);
     {
-      std::vector<double> mu_lp(bands, 0.0);
-      bounds.multipliers(c.lambda, c.count, &mu_lp);
       const double gap_k = c.bound - (out.best_value - fixed_value + value_step) +
                            0x1.0p-40 * (std::abs(c.bound) + value_max + 1.0);
       for (std::size_t k = 0; k < m; ++k) {
