@@ -112,6 +112,7 @@ class ExpandingCore {
       return nothing;
     }
     order_ = order_by_efficiency(p_);
+    ordering_seconds_ = std::chrono::duration<double>(Clock::now() - start_).count();
     integral_values_ = all_values_integral();
     find_break_solution();
     set_greedy_incumbent();
@@ -519,10 +520,13 @@ class ExpandingCore {
     return adopt(o, "band_split", band_tries_);
   }
 
-  // Dantzig's bound of the whole problem, computed once.
-  double lp_bound() {
-    if (!lp_bound_) lp_bound_ = lp_upper_bound(p_);
-    return *lp_bound_;
+  // Dantzig's bound of the whole problem, from the break solution (lp_upper_bound's sum in the
+  // same order, without its sort: that sort could run past the deadline on large instances).
+  double lp_bound() const {
+    if (break_pos_ == order_.size()) return break_value_;
+    const std::uint32_t k = order_[break_pos_];
+    return break_value_ + p_.value[k] * (static_cast<double>(p_.capacity - break_weight_) /
+                                         static_cast<double>(p_.weight[k]));
   }
 
   // A band split cut short is tried again once the incumbent improved or the search has run
@@ -681,6 +685,12 @@ class ExpandingCore {
   // solve_exact starts over on the bundles. Easy instances never get here, so they never pay
   // for the sort.
   bool restart_bundled() {
+    // Its sort costs about what the ordering did, and nothing can stop it halfway: too near the
+    // deadline, the search goes on unbundled (it ends soon anyway).
+    if (deadline_ &&
+        std::chrono::duration<double>(*deadline_ - Clock::now()).count() < 2 * ordering_seconds_) {
+      return false;
+    }
     std::optional<Bundling> bundled;
     try {
       bundled = bundle_duplicates(p_, memory_, bundling_->only_if_halved);
@@ -807,10 +817,9 @@ class ExpandingCore {
   int band_tries_ = 0;
   double band_tried_at_ = 0;
   double band_spent_ = 0;
-  double band_tried_after_ = 0;
+  double band_tried_after_ = 0;  // seconds the search had run when the band split was last tried
   BandCache band_cache_;
   double plain_cardinality_gap_ = -1;  // the last surrogate cardinality bound over the incumbent
-  std::optional<double> lp_bound_;  // seconds the search had run when the band split was last tried
   double band_cost_ = 4.8e-6 * static_cast<double>(p_.size());  // seconds, as split_cost_
   double split_cost_ =
       4.8e-6 * static_cast<double>(p_.size());  // seconds, see split_by_cardinality
@@ -818,6 +827,7 @@ class ExpandingCore {
   bool cardinality_failed_ = false;
   double cardinality_checked_value_ = -1;
   Clock::time_point start_ = Clock::now();
+  double ordering_seconds_ = 0;  // how long order_by_efficiency took
   // Seconds one cardinality bound is expected to take: about 45 LPs of ~40 ns an item at first.
   double cardinality_cost_ = 1.8e-6 * static_cast<double>(p_.size());
   double cardinality_bound_ = std::numeric_limits<double>::infinity();
