@@ -138,11 +138,6 @@ SplitOutcome cardinality_split(const ReducedProblem& p, std::size_t lp_items, do
                                std::optional<Clock::time_point> inner_deadline,
                                const ExactTuning& tuning);
 
-// Integral runtimes only: the plans that can beat `incumbent`, on the core that reduced-cost
-// fixing leaves, split by how many items they save in each band of weight near the break item's,
-// each count vector's shifted knapsack solved exactly (see band_split.cpp). `order` and
-// `break_pos` as in the expanding core; the inner searches get `inner_seconds` together, from the
-// first one's start; `take`, when not empty, is a plan of `p`.
 // A count constraint on the items of a group of bands (a bit mask of them).
 struct BandCount {
   enum class Sense { kAtMost, kExactly, kAtLeast };
@@ -181,6 +176,11 @@ struct BandCache {
   };
   std::vector<Entry> entries;
 };
+// Integral runtimes only: the plans that can beat `incumbent`, on the core that reduced-cost
+// fixing leaves, split by how many items they save in each band of weight near the break item's,
+// each count vector's shifted knapsack solved exactly (see band_split.cpp). `order` and
+// `break_pos` as in the expanding core; the inner searches get `inner_seconds` together, from the
+// first one's start; `take`, when not empty, is a plan of `p`.
 SplitOutcome band_split(const ReducedProblem& p, const std::vector<std::uint32_t>& order,
                         std::size_t break_pos, double incumbent, double value_step,
                         PlannerMemory& memory, std::optional<Clock::time_point> deadline,

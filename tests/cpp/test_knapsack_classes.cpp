@@ -29,6 +29,18 @@ const char* const kClasses[] = {"uncorrelated",
                                 "profit_ceiling",
                                 "circle"};
 
+// A quantized instance of one of Pisinger's classes, from the generator `remat generate` uses.
+KnapsackProblem pisinger(const char* family, std::size_t n, std::uint64_t seed, std::int64_t range,
+                         double capacity_ratio = 0.5) {
+  GenerateOptions o;
+  o.family = family;
+  o.n = n;
+  o.seed = seed;
+  o.range = range;
+  o.capacity_ratio = capacity_ratio;
+  return quantize(generate(o).input);
+}
+
 // Solves with the given thresholds and checks the plan against brute force; returns the path.
 std::string expect_exact(const KnapsackProblem& p, const detail::ExactTuning& tuning,
                          const std::string& what) {
@@ -50,13 +62,9 @@ TEST(Classes, EveryPathEqualsBruteForceOnEachClass) {
   std::set<std::string> paths;
   for (const char* family : kClasses) {
     for (std::uint64_t seed = 1; seed <= 12; ++seed) {
-      GenerateOptions o;
-      o.family = family;
-      o.n = 8 + seed % 11;
-      o.seed = seed;
-      o.range = seed % 3 == 0 ? 20 : (seed % 3 == 1 ? 1000 : 100000);
-      o.capacity_ratio = seed % 4 == 0 ? 0.3 : 0.5;
-      const KnapsackProblem p = quantize(generate(o).input);
+      const KnapsackProblem p =
+          pisinger(family, 8 + seed % 11, seed,
+                   seed % 3 == 0 ? 20 : (seed % 3 == 1 ? 1000 : 100000), seed % 4 == 0 ? 0.3 : 0.5);
       for (std::size_t checkpoint : {1, 3, 8192}) {
         for (std::size_t bundled : {1, 64}) {
           detail::ExactTuning tuning;
@@ -97,12 +105,7 @@ TEST(Classes, EveryPathEqualsBruteForceOnEachClass) {
 // expanding core alone proved before band_split existed (5.6 s, `remat solve --time-limit 30`
 // at commit 283f582), now through the bands in a fraction of that.
 TEST(Classes, BandSplitProvesACircleInstance) {
-  GenerateOptions o;
-  o.family = "circle";
-  o.n = 10000;
-  o.seed = 3;
-  o.range = 100000;
-  const KnapsackProblem p = quantize(generate(o).input);
+  const KnapsackProblem p = pisinger("circle", 10000, 3, 100000);
   const detail::ReducedProblem reduced = detail::reduce(p);
   detail::PlannerMemory memory(std::size_t{1} << 30, "exact");
   const detail::ReducedSolution s = detail::solve_exact(
@@ -158,12 +161,9 @@ TEST(Classes, CardinalitySplitIsValid) {
   for (int trial = 0; trial < 240; ++trial) {
     KnapsackProblem p;
     if (trial % 2 == 0) {
-      GenerateOptions o;
-      o.family = trial % 4 == 0 ? "almost_strongly_correlated" : "circle";
-      o.n = 6 + static_cast<std::size_t>(trial % 13);
-      o.seed = static_cast<std::uint64_t>(trial);
-      o.range = trial % 3 == 0 ? 1000 : 100000;
-      p = quantize(generate(o).input);
+      p = pisinger(trial % 4 == 0 ? "almost_strongly_correlated" : "circle",
+                   6 + static_cast<std::size_t>(trial % 13), static_cast<std::uint64_t>(trial),
+                   trial % 3 == 0 ? 1000 : 100000);
     } else {
       p = testing::random_small(rng, 4 + static_cast<std::size_t>(trial % 13), 40);
     }
@@ -202,13 +202,9 @@ TEST(Classes, BandSplitIsValid) {
     KnapsackProblem p;
     const bool circle = trial % 3 != 2;
     if (circle) {
-      GenerateOptions o;
-      o.family = trial % 7 == 0 ? "almost_strongly_correlated" : "circle";
-      o.n = 6 + static_cast<std::size_t>(trial % 15);
-      o.seed = static_cast<std::uint64_t>(trial);
-      o.range = trial % 3 == 0 ? 1000 : 100000;
-      o.capacity_ratio = trial % 4 == 0 ? 0.3 : 0.5;
-      p = quantize(generate(o).input);
+      p = pisinger(trial % 7 == 0 ? "almost_strongly_correlated" : "circle",
+                   6 + static_cast<std::size_t>(trial % 15), static_cast<std::uint64_t>(trial),
+                   trial % 3 == 0 ? 1000 : 100000, trial % 4 == 0 ? 0.3 : 0.5);
     } else {
       p = testing::random_small(rng, 4 + static_cast<std::size_t>(trial % 13), 40);
     }
@@ -413,12 +409,7 @@ void expect_limit_honoured(const KnapsackProblem& p, double limit, const std::st
 // A class the solver cannot prove at this size within the limit: it stops in time with its best
 // plan and a valid bound.
 TEST(Classes, TimeLimitHonouredOnAHardLargeInstance) {
-  GenerateOptions o;
-  o.family = "circle";
-  o.n = 100000;
-  o.seed = 1;
-  o.range = 10000000;
-  const KnapsackProblem p = quantize(generate(o).input);
+  const KnapsackProblem p = pisinger("circle", 100000, 1, 10000000);
   for (double limit : {0.1, 0.4}) expect_limit_honoured(p, limit, "circle");
 }
 
@@ -427,12 +418,7 @@ TEST(Classes, TimeLimitHonouredOnAHardLargeInstance) {
 // Dantzig's bound did, by 70 ms under AddressSanitizer.
 TEST(Classes, TimeLimitHonouredOnEveryClass) {
   for (const char* family : kClasses) {
-    GenerateOptions o;
-    o.family = family;
-    o.n = 100000;
-    o.seed = 2;
-    o.range = 10000000;
-    expect_limit_honoured(quantize(generate(o).input), 0.05, family);
+    expect_limit_honoured(pisinger(family, 100000, 2, 10000000), 0.05, family);
   }
 }
 
