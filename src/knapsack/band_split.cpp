@@ -489,23 +489,10 @@ SplitOutcome band_split(const ReducedProblem& p, const std::vector<std::uint32_t
       q_weight += core.weight[k];
     }
     q.original_size = q.size();
-    ReducedSolution inner;
-    if (q.size() == 0 || q_weight <= q.capacity) {
-      inner.take.assign(q.size(), 1);
-    } else {
-      out.attempted = true;
-      // The inner searches' share of time counts from the first of them, not from the bounds.
-      if (inner_seconds && !inner_deadline) {
-        inner_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                            std::chrono::duration<double>(*inner_seconds));
-      }
-      auto until = deadline;
-      if (inner_deadline && (!until || *inner_deadline < *until)) until = inner_deadline;
-      inner_tuning.target = out.best_value - fixed_value + value_step - mu_k - settled_shifted;
-      const auto started = Clock::now();
-      inner = solve_exact(q, memory, until, inner_tuning);
-      out.inner_seconds += std::chrono::duration<double>(Clock::now() - started).count();
-    }
+    inner_tuning.target = out.best_value - fixed_value + value_step - mu_k - settled_shifted;
+    // The inner searches' share of time counts from the first of them, not from the bounds.
+    const ReducedSolution inner = search_shifted(q, q_weight, memory, deadline, inner_deadline,
+                                                 inner_seconds, inner_tuning, out);
     memory.release(memory.current() - before_inner);
     double shifted = settled_shifted, value = settled_value;
     for (std::size_t j = 0; j < q.size(); ++j) {

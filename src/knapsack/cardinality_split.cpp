@@ -94,6 +94,30 @@ class Bounds {
 
 }  // namespace
 
+ReducedSolution search_shifted(const ReducedProblem& q, std::int64_t q_weight,
+                               PlannerMemory& memory, std::optional<Clock::time_point> deadline,
+                               std::optional<Clock::time_point>& inner_deadline,
+                               std::optional<double> inner_seconds, const ExactTuning& tuning,
+                               SplitOutcome& out) {
+  ReducedSolution inner;
+  if (q.size() == 0 || q_weight <= q.capacity) {
+    inner.take.assign(q.size(), 1);
+    inner.path = "all_fit";
+    return inner;
+  }
+  out.attempted = true;
+  const auto started = Clock::now();
+  if (inner_seconds && !inner_deadline) {
+    inner_deadline = started + std::chrono::duration_cast<Clock::duration>(
+                                   std::chrono::duration<double>(*inner_seconds));
+  }
+  auto until = deadline;
+  if (inner_deadline && (!until || *inner_deadline < *until)) until = inner_deadline;
+  inner = solve_exact(q, memory, until, tuning);
+  out.inner_seconds += std::chrono::duration<double>(Clock::now() - started).count();
+  return inner;
+}
+
 SplitOutcome cardinality_split(const ReducedProblem& p, std::size_t lp_items, double incumbent,
                                double value_step, SplitCache& cache, PlannerMemory& memory,
                                std::optional<Clock::time_point> deadline,
@@ -197,21 +221,11 @@ SplitOutcome cardinality_split(const ReducedProblem& p, std::size_t lp_items, do
       q_weight += p.weight[k];
     }
     q.original_size = q.size();
-    ReducedSolution inner;
-    if (q.size() == 0 || q_weight <= q.capacity) {
-      inner.take.assign(q.size(), 1);
-      inner.path = "all_fit";
-    } else {
-      out.attempted = true;
-      auto until = deadline;
-      if (inner_deadline && (!until || *inner_deadline < *until)) until = inner_deadline;
-      // Only plans of k items that beat the incumbent matter: their shifted value is at least
-      // z + step - mu k (exact: integers below 2^52).
-      inner_tuning.target = out.best_value + value_step - c.mu * static_cast<double>(c.k);
-      const auto started = Clock::now();
-      inner = solve_exact(q, memory, until, inner_tuning);
-      out.inner_seconds += std::chrono::duration<double>(Clock::now() - started).count();
-    }
+    // Only plans of k items that beat the incumbent matter: their shifted value is at least
+    // z + step - mu k (exact: integers below 2^52).
+    inner_tuning.target = out.best_value + value_step - c.mu * static_cast<double>(c.k);
+    const ReducedSolution inner = search_shifted(q, q_weight, memory, deadline, inner_deadline,
+                                                 std::nullopt, inner_tuning, out);
     memory.release(memory.current() - before);  // the inner search's memory is gone
     double shifted = 0, value = 0;
     std::vector<char> take(n, 0);

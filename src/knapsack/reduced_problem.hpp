@@ -123,6 +123,16 @@ struct SplitOutcome {
   std::size_t bands = 0;                                         // band_split: the bands it counted
   std::size_t dual_rounds = 0;  // band_split: shifted searches beyond the first of each vector
 };
+// A split's shifted knapsack `q` (`q_weight`: the total weight of its items), solved exactly by
+// the expanding core under the earlier of `deadline` and `inner_deadline`; when everything fits,
+// every item is saved without a search. A search sets `out.attempted` and adds its time to
+// `out.inner_seconds`. With `inner_seconds`, an unset `inner_deadline` is set that far from the
+// first search's start (the inner searches' share counts from the first of them).
+ReducedSolution search_shifted(const ReducedProblem& q, std::int64_t q_weight,
+                               PlannerMemory& memory, std::optional<Clock::time_point> deadline,
+                               std::optional<Clock::time_point>& inner_deadline,
+                               std::optional<double> inner_seconds, const ExactTuning& tuning,
+                               SplitOutcome& out);
 // The incumbent-free LP bounds of earlier calls on the same problem, kept by the caller.
 struct SplitCache {
   struct Entry {
