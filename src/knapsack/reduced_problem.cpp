@@ -14,6 +14,17 @@ ReducedProblem reduce(const KnapsackProblem& problem) {
   ReducedProblem reduced;
   reduced.capacity = problem.capacity;
   reduced.original_size = problem.size();
+  // Sized first: small instances are solved by the thousand, and growing three vectors item by
+  // item was half of reduce()'s time.
+  std::size_t kept = 0, forced = 0;
+  for (std::size_t i = 0; i < problem.size(); ++i) {
+    if (problem.value[i] <= 0 || problem.weight[i] > problem.capacity) continue;
+    ++(problem.weight[i] == 0 ? forced : kept);
+  }
+  reduced.original_index.reserve(kept);
+  reduced.weight.reserve(kept);
+  reduced.value.reserve(kept);
+  reduced.forced_saved.reserve(forced);
   for (std::size_t i = 0; i < problem.size(); ++i) {
     const std::int64_t w = problem.weight[i];
     const double v = problem.value[i];

@@ -30,6 +30,9 @@ KnapsackResult assemble(const KnapsackProblem& problem, const detail::ReducedPro
   KnapsackResult result;
   result.status = solution.status;
   result.capacity = problem.capacity;
+  const auto saved_count = static_cast<std::size_t>(std::count(saved.begin(), saved.end(), 1));
+  result.saved.reserve(saved_count);
+  result.recomputed.reserve(problem.size() - saved_count);
   for (std::size_t i = 0; i < problem.size(); ++i) {
     if (saved[i]) {
       result.saved.push_back(i);
@@ -171,7 +174,9 @@ Solver parse_solver(const std::string& name) {
       "unknown solver '" + name + "' (expected exact, sliding_hirschberg, dp or greedy)");
 }
 
-std::size_t default_max_planner_bytes() {
+namespace {
+
+std::size_t half_of_physical_memory() {
 #if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page_size = sysconf(_SC_PAGESIZE);
@@ -180,6 +185,15 @@ std::size_t default_max_planner_bytes() {
   }
 #endif
   return std::size_t{4} << 30;
+}
+
+}  // namespace
+
+std::size_t default_max_planner_bytes() {
+  // Read once: sysconf(_SC_PHYS_PAGES) is a sysinfo system call, about a fifth of a whole solve
+  // of a ten-item instance, and every solve without an explicit cap asks for it.
+  static const std::size_t bytes = half_of_physical_memory();
+  return bytes;
 }
 
 std::size_t dp_planner_bytes(const KnapsackProblem& problem) {
