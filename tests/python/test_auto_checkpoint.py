@@ -206,6 +206,45 @@ class BatchNormNet(nn.Module):
         return self.head(x.mean((2, 3)))
 
 
+class EMABlock(nn.Module):
+    """Buffers its forward changes: an EMA of its input updated in place and then read into a
+    tensor backward saves (x * ema), a step counter, and a scale assigned a new tensor each
+    call. A re-run must start from them as the forward found them, and leave them as it left
+    them."""
+
+    def __init__(self, width=32):
+        super().__init__()
+        self.up = nn.Linear(width, 2 * width)
+        self.down = nn.Linear(2 * width, width)
+        self.register_buffer("ema", torch.ones(width))
+        self.register_buffer("steps", torch.zeros((), dtype=torch.long))
+        self.register_buffer("scale", torch.ones(()))
+
+    def forward(self, x):
+        if self.training:
+            with torch.no_grad():
+                self.ema.mul_(0.9).add_(x.detach().mean(0), alpha=0.1)
+                self.steps += 1
+                self.scale = self.scale * 0.5 + x.detach().abs().mean() * 0.5
+        return self.down(torch.tanh(self.up(x * self.ema))) * self.scale
+
+
+class EMAModel(nn.Module):
+    def __init__(self, depth=6, width=32):
+        super().__init__()
+        self.layers = nn.ModuleList(EMABlock(width) for _ in range(depth))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = x + layer(x)
+        return x
+
+
+def _ema_chain():
+    """The same blocks in a stock nn.Sequential: planned as one chain with nested regions."""
+    return nn.Sequential(*(EMABlock(32) for _ in range(6)))
+
+
 def _tokens():
     return (torch.arange(4 * 16).reshape(4, 16) * 7) % 50
 
@@ -218,6 +257,8 @@ SHAPES = {
     "hf_decoder": (HFModel, lambda: (_tokens(),), {"attention_mask": torch.zeros(4, 1, 1, 16)}),
     "nested_modulelists": (NestedStages, lambda: (torch.randn(16, 32),), {}),
     "batchnorm": (BatchNormNet, lambda: (torch.randn(4, 3, 12, 12),), {}),
+    "buffers_changed_in_forward": (EMAModel, lambda: (torch.randn(16, 32),), {}),
+    "buffers_changed_in_forward_chain": (_ema_chain, lambda: (torch.randn(16, 32),), {}),
 }
 
 
@@ -271,8 +312,9 @@ def test_outputs_and_gradients_equal_the_unwrapped_model(shape):
         assert all("forward" not in m.__dict__ for m in model.modules())
     plain = copy.deepcopy(reference)
     train(plain, args, kwargs)
-    for a, b in zip(model.buffers(), plain.buffers()):  # BatchNorm: re-runs are not batches
-        assert torch.equal(a, b)
+    # BatchNorm, EMAs, counters: a re-run is not another step.
+    for (name, a), (_, b) in zip(model.named_buffers(), plain.named_buffers()):
+        assert torch.equal(a, b), name
 
 
 # Models whose code between blocks saves nothing (a residual add): what the meter counts is then
@@ -365,6 +407,162 @@ def test_a_call_off_the_plan_falls_back_exactly_with_a_warning():
     assert any("does not match" in w for w in handle.warnings)
 
 
+def test_a_plan_is_not_reused_after_unfreezing_or_under_autocast():
+    """Which parameters train and autocast change what backward saves: a plan made with the
+    blocks frozen, or in float32, must not be followed once they train or under bfloat16
+    autocast (it held 1.6x and 1.4x the budget); each gets its own plan, which fits."""
+    torch.manual_seed(0)
+    model = ResidualOutside(dropout=0.0)
+    x = torch.randn(16, 32)
+    measured = rt.measure(model, x, verbose=False)
+    budget = (measured.least_budget_bytes + measured.no_checkpoint_bytes) // 2
+
+    def peak():
+        with rt.SavedTensorMeter(model) as meter:
+            out = model(x)
+            with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+                loss = loss_of(out)
+            loss.backward()
+        return meter.peak_bytes
+
+    handle = rt.auto_checkpoint(model, memory_budget=budget)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    x.requires_grad_(True)
+    loss_of(model(x)).backward()  # measures and plans, frozen
+    assert peak() <= budget
+    for p in model.parameters():
+        p.requires_grad_(True)
+    loss_of(model(x)).backward()  # measures again: other parameters train
+    assert len(handle.plans) == 2
+    assert peak() <= handle.plan.predicted_peak_bytes <= budget
+    with torch.autocast("cpu", torch.bfloat16):
+        loss_of(model(x)).backward()
+        assert len(handle.plans) == 3
+        assert peak() <= budget
+    handle.remove()
+
+
+def test_a_first_step_that_raises_plans_nothing():
+    """A first step cut short by an exception measured only some blocks: no plan is made from
+    it, and the next step measures all of them (it once planned 2 of 4 blocks and ran the rest
+    off-plan, checkpointed, for good)."""
+
+    class Failing(ResidualOutside):
+        fail = True
+
+        def forward(self, x):
+            for i, layer in enumerate(self.layers):
+                if i == 2 and self.fail:
+                    raise RuntimeError("a bad batch")
+                x = x + layer(x)
+            return x
+
+    torch.manual_seed(0)
+    reference = Failing()
+    model = copy.deepcopy(reference)
+    x = torch.randn(16, 32)
+    handle = rt.auto_checkpoint(model, memory_budget="1GiB")
+    with pytest.raises(RuntimeError, match="a bad batch"):
+        model(x)
+    assert not handle.plans
+    model.fail = reference.fail = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = train(model, (x,), {})
+    assert_same(got, train(reference, (x,), {}))
+    assert len(handle.plan.profile.layers) == len(model.layers) and handle.plan.regions == ()
+
+
+def test_a_buffer_that_first_changes_later_is_said_and_still_ends_right():
+    """A block that starts counting only from a later step (in place, so its version counter
+    moves): that step's re-runs cannot start from the old count, which is said; the count still
+    ends as without checkpointing, and the next step keeps it like the others."""
+
+    class LateCounter(MLPBlock):
+        counting = False
+
+        def __init__(self, width):
+            super().__init__(width)
+            self.register_buffer("count", torch.zeros(()))
+
+        def forward(self, x, scale=1.0):
+            if self.counting:
+                with torch.no_grad():
+                    self.count += 1
+            return super().forward(x) + self.count
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList(LateCounter(32) for _ in range(6))
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = x + layer(x)
+            return x
+
+    torch.manual_seed(0)
+    reference = Model()
+    x = torch.randn(16, 32)
+    measured = rt.measure(copy.deepcopy(reference), x, verbose=False)
+    model = copy.deepcopy(reference)
+    handle = rt.auto_checkpoint(model, memory_budget=measured.least_budget_bytes)
+    assert_same(train(model, (x,), {}, steps=1), train(reference, (x,), {}, steps=1))
+    assert handle.plan.regions
+    for m in (model, reference):
+        for layer in m.layers:
+            layer.counting = True
+    with pytest.warns(RuntimeWarning, match="count in forward for the first time"):
+        assert_same(train(model, (x,), {}, steps=1), train(reference, (x,), {}, steps=1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert_same(train(model, (x,), {}, steps=2), train(reference, (x,), {}, steps=2))
+    assert [float(layer.count) for layer in model.layers] == [3.0] * 6
+
+
+def test_an_input_changed_in_place_after_its_region_is_named():
+    """x += block(x): a region's re-run needs x as the block got it. The first step runs every
+    block as a region, so its backward fails in autograd, naming no block; a warning names the
+    blocks and the fix first. Measured outside training (example_inputs=), a budget that needs no
+    region trains exactly."""
+
+    class Doubling(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(16, 16)
+
+        def forward(self, x):
+            return torch.tanh(self.linear(x * 2.0))
+
+    class InPlaceResidual(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList(Doubling() for _ in range(4))
+
+        def forward(self, x):
+            x = x * 1.0
+            for layer in self.layers:
+                x += layer(x)
+            return x
+
+    torch.manual_seed(0)
+    reference = InPlaceResidual()
+    x = torch.randn(8, 16)
+    model = copy.deepcopy(reference)
+    handle = rt.auto_checkpoint(model, memory_budget="1GiB")
+    with pytest.warns(RuntimeWarning, match=r"model.layers.0.*changed in place after the block"):
+        out = model(x)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss_of(out).backward()
+    handle.remove()
+    model = copy.deepcopy(reference)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rt.auto_checkpoint(model, memory_budget="1GiB", example_inputs=(x,))
+        assert_same(train(model, (x,), {}), train(reference, (x,), {}))
+
+
 def test_budget_errors_surface_at_the_call_with_an_example_input():
     torch.manual_seed(0)
     model = ResidualOutside()
@@ -401,6 +599,38 @@ def test_measure_reports_blocks_and_budgets(capsys):
     assert len(m.profile.layers) == 4 and all(l.saved_bytes > 0 for l in m.profile.layers)
     assert [p.grad for p in model.parameters()] == grads_before  # nothing accumulated
     assert all("forward" not in mod.__dict__ for mod in model.modules())
+
+
+def test_measure_states_the_budgets_auto_checkpoint_uses_on_a_chain():
+    """On a stock nn.Sequential whose blocks pass a mask through in a tuple, measure() once
+    planned call by call while auto_checkpoint plans the chain: its least budget (2080 bytes)
+    was refused (2144). Both now come from one plan; the least is accepted, and measuring holds
+    what running every block as its own region holds, not the whole chain's activations."""
+
+    class MaskedBlock(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(16, 16)
+
+        def forward(self, inputs):
+            hidden, mask = inputs
+            return hidden + torch.tanh(self.linear(hidden)) * mask, mask
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*(MaskedBlock() for _ in range(6)))
+    inputs = (torch.randn(8, 16), (torch.rand(8, 1) > 0.3).float())
+    with rt.SavedTensorMeter(model) as meter:
+        measured = rt.measure(model, inputs, verbose=False)
+    for granularity in ("block", "op"):
+        handle = rt.auto_checkpoint(
+            model, memory_budget=measured.least_budget_bytes, granularity=granularity
+        )
+        model(inputs)[0].sum().backward()
+        assert handle.plan.minimum_budget_bytes == measured.least_budget_bytes
+        assert handle.plan.no_checkpoint_bytes == measured.no_checkpoint_bytes
+        handle.remove()
+    # Every block a region: about one block's activations, not the chain's 6 KiB.
+    assert meter.peak_bytes <= measured.least_budget_bytes
 
 
 def test_plan_table_has_a_legend_full_names_and_human_units():

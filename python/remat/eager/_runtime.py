@@ -52,6 +52,30 @@ def _detached(value: Any) -> Any:
     return value
 
 
+def _autocast_state() -> tuple[Any, ...]:
+    state = []
+    for device in ("cpu", "cuda"):
+        try:
+            enabled = torch.is_autocast_enabled(device)
+            dtype = torch.get_autocast_dtype(device) if enabled else None
+        except (TypeError, AttributeError):  # a torch whose autocast queries take no device
+            enabled = torch.is_autocast_enabled() if device == "cuda" else False
+            dtype = torch.get_autocast_gpu_dtype() if enabled else None
+        state.append((device, enabled, dtype))
+    return tuple(state)
+
+
+def run_context(modules: Iterable[nn.Module]) -> tuple[Any, ...]:
+    """What a plan depends on besides its inputs' shapes: each module's train or eval mode
+    (dropout, BatchNorm), which parameters train (a frozen layer saves nothing for its weight's
+    gradient, so unfreezing one adds saved bytes) and autocast (it changes the dtypes, so the
+    bytes, of what backward saves). A plan made under one of these is not reused under another."""
+    modules = list(dict.fromkeys(modules))
+    training = tuple(m.training for top in modules for m in top.modules())
+    trainable = tuple(p.requires_grad for top in modules for p in top.parameters())
+    return training, trainable, _autocast_state()
+
+
 def in_backward() -> bool:
     """Whether autograd's engine is running (a checkpoint re-run happens there)."""
     return torch._C._current_graph_task_id() != -1
@@ -76,16 +100,23 @@ class _PreservedState:
     BatchNorm's running statistics, or training would differ from a run without remat."""
 
     def __init__(self, modules: Iterable[nn.Module], devices: set[torch.device]) -> None:
-        self._buffers = [b for m in modules for b in m.buffers()]
+        tops = list(modules)
+        self._owners = list(dict.fromkeys(m for top in tops for m in top.modules()))
         self._cuda = sorted({d.index or 0 for d in devices if d.type == "cuda"})
 
     def __enter__(self) -> None:
-        self._saved_buffers = [b.detach().clone() for b in self._buffers]
+        # By owner and name: a forward may assign a buffer a new tensor rather than change it.
+        self._entries = [
+            (m, name, b) for m in self._owners for name, b in m._buffers.items() if b is not None
+        ]
+        self._saved_buffers = [b.detach().clone() for _, _, b in self._entries]
         self._rng = torch.random.get_rng_state()
         self._cuda_rng = [torch.cuda.get_rng_state(d) for d in self._cuda]
 
     def __exit__(self, *exc: Any) -> None:
-        _restore(self._buffers, self._saved_buffers)
+        for m, name, b in self._entries:
+            m._buffers[name] = b
+        _restore([b for _, _, b in self._entries], self._saved_buffers)
         torch.random.set_rng_state(self._rng)
         for device, state in zip(self._cuda, self._cuda_rng):
             torch.cuda.set_rng_state(state, device)

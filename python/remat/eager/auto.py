@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -30,10 +31,11 @@ from torch.utils.checkpoint import checkpoint
 
 from ..saved_memory import excluded_storages, is_persistent, storage_key
 from ..units import parse_bytes
-from ._runtime import _PreservedState, _tensors, clock, in_backward
+from ._runtime import _PreservedState, _tensors, clock, in_backward, run_context
 from .block_plan import RecordedCall, chain_profile
 from .blocks import Blocks, find_blocks
-from .execution import Execution, _batchnorm_buffers, _RunningStatsKept
+from .buffers import BufferReplay
+from .execution import Execution
 from . import distributed, selective
 from .planning import Plan, plan, plan_profile
 from .profile import _region_overhead, measure_call
@@ -54,6 +56,8 @@ class _Step:
     # While measuring, the last block's real outputs are held until the next call has read its
     # inputs, so that no new tensor can take their address (storage keys stay unique).
     last_outputs: Any = None
+    # Per block call run as a region: its name and its tensor inputs with their versions.
+    region_inputs: list[tuple[str, list[tuple[torch.Tensor, int]]]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -89,8 +93,13 @@ class AutoCheckpoint:
         microbatches_in_flight: int = 1,
         plan_group: Any = None,
         granularity: str = "op",
+        measuring: bool = False,
     ) -> None:
         distributed.active(plan_group)  # checks its value
+        # measure()'s handle: a chain is planned as auto_checkpoint plans it, and its step runs
+        # every block as its own region, so it holds one block's activations at a time.
+        self._measuring = measuring
+        self._forward_only = False
         if granularity not in ("op", "block"):
             raise ValueError(f"granularity: expected 'op' or 'block', got {granularity!r}")
         self.granularity = granularity
@@ -159,6 +168,14 @@ class AutoCheckpoint:
             f"{len(self.plans)} plans)"
         )
 
+    def _context(self) -> Any:
+        # The blocks' own modules, not the model's tree: wrapping a block in torch.compile adds
+        # a module to that tree but changes nothing a plan depends on.
+        return self.model.training, run_context(self.blocks.modules)
+
+    def _name(self, module: nn.Module) -> str:
+        return self._names.get(id(module), type(module).__name__)
+
     def _warn(self, message: str) -> None:
         self.warnings.append(message)
         if message not in self._warned:
@@ -178,16 +195,22 @@ class AutoCheckpoint:
     def _begin_step(self, _model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]):
         if not torch.is_grad_enabled() or in_backward() or self._step is not None:
             return None
-        key = (_signature(args), _signature(kwargs), self.model.training)
+        key = (_signature(args), _signature(kwargs), self._context())
         found = self._block_plans.get(key)
         self._step = _Step(key, found.plan if found else None)
         return None
 
     @torch.compiler.disable  # bookkeeping and planning: never traced
-    def _end_step(self, _model: nn.Module, _args: Any, _output: Any) -> None:
+    def _end_step(self, _model: nn.Module, _args: Any, output: Any) -> None:
         step, self._step = self._step, None
         if step is None or not step.calls and step.plan is None:
             return
+        # torch calls this hook (always_call) from its handler when the forward raised, with no
+        # output: a step cut short measured only some blocks, and the next step measures again.
+        if output is None and sys.exc_info()[1] is not None:
+            return
+        if not self._forward_only:
+            self._check_region_inputs(step)
         if step.plan is None:
             self._plan_step(step)
         elif step.position != len(self._block_plans[step.key].calls) and not step.off_plan:
@@ -236,7 +259,7 @@ class AutoCheckpoint:
         if expected is None or expected[0] is not module or expected[1] != signature:
             step.off_plan = True
             self._warn(
-                f"block call {position} ({self._names.get(id(module), type(module).__name__)}) "
+                f"block call {position} ({self._name(module)}) "
                 "does not match the plan made for these inputs (another block, other argument "
                 "shapes, or more calls); it runs as its own checkpoint region"
             )
@@ -282,7 +305,7 @@ class AutoCheckpoint:
             self._device = next(iter(devices))
         out = self._run(module, original, args, kwargs, checkpointed=True)
         keys = {storage_key(t) for t in _tensors(out) if not is_persistent(t, excluded)}
-        name = self._names.get(id(module), type(module).__name__)
+        name = self._name(module)
         step.calls.append(RecordedCall.of(module, name, signature, measured, keys, ops))
         step.last_outputs = out
         return out
@@ -300,22 +323,23 @@ class AutoCheckpoint:
         try:
             if not checkpointed:
                 return original(*args, **kwargs)
-            statistics = _batchnorm_buffers([module])
             names = list(kwargs)
+            # Under torch.compile, AOTAutograd applies a buffer's update once, in the forward.
+            compiling = torch.compiler.is_compiling()
+            replay = None if compiling else BufferReplay([module], self._name(module))
 
             def region(*inputs: Any) -> Any:
                 call_args = inputs[: len(args)]
                 call_kwargs = dict(zip(names, inputs[len(args) :]))
-                if statistics and in_backward():  # a re-run is not a new batch
-                    with _RunningStatsKept(statistics):
-                        return original(*call_args, **call_kwargs)
-                return original(*call_args, **call_kwargs)
+                if replay is None:
+                    return original(*call_args, **call_kwargs)
+                return replay.run(original, *call_args, **call_kwargs)
 
             # Keyword arguments travel as positional inputs: torch's checkpoint finds the devices
             # whose RNG it must preserve (dropout on CUDA) among its positional arguments only,
             # and its own keywords (debug, context_fn, ...) must not capture a block's.
             extra = {} if context_fn is None else {"context_fn": context_fn}
-            return checkpoint(
+            out = checkpoint(
                 region,
                 *args,
                 *kwargs.values(),
@@ -323,8 +347,28 @@ class AutoCheckpoint:
                 preserve_rng_state=True,
                 **extra,
             )
+            if self._step is not None and not compiling:
+                inputs = [(t, t._version) for t in _tensors((args, kwargs))]
+                self._step.region_inputs.append((self._name(module), inputs))
+            return out
         finally:
             self._inside -= 1
+
+    def _check_region_inputs(self, step: _Step) -> None:
+        """A region re-runs its block in backward from the inputs it was given; one changed in
+        place after the block returned makes autograd raise there, naming no block."""
+        changed = sorted(
+            {name for name, inputs in step.region_inputs if any(t._version != v for t, v in inputs)}
+        )
+        if changed:
+            self._warn(
+                f"an input of {', '.join(changed)} was changed in place after the block returned "
+                "(as `x += block(x)` or a tensor every block add_s to do); the block ran as a "
+                "checkpoint region, whose re-run in backward needs that input as it was, so "
+                "backward will raise that a variable was modified by an inplace operation. Write "
+                "it out of place (x = x + block(x)); the first step runs every block as a region "
+                "unless auto_checkpoint got example_inputs="
+            )
 
     # --- a stock nn.Sequential: one chain, nested regions -----------------------------------
 
@@ -332,7 +376,7 @@ class AutoCheckpoint:
         if not self._active() or not _tensors(input):
             return original(input)
         functions = [functools.partial(self._plain, block) for block in self.blocks.modules]
-        key = ("chain", _signature(input), self.model.training)
+        key = ("chain", _signature(input), self._context())
         found = self.plans.get(key)
         if found is None:
             self._inside += 1
@@ -353,6 +397,9 @@ class AutoCheckpoint:
                 self._inside -= 1
             self.plans[key] = found
         self.plan = found
+        if self._measuring:
+            self.last_execution = Execution(functions, [(i, i, 0) for i in range(len(functions))])
+            return self.last_execution(input)
         self.last_execution = Execution(functions, found.regions, found.contexts())
         return self.last_execution(input)
 
@@ -410,10 +457,13 @@ def auto_checkpoint(
     )
     if example_inputs is not None or example_kwargs is not None:
         try:
+            handle._forward_only = True  # no backward follows: no re-run can fail
             _measure_forward(model, example_inputs or (), example_kwargs or {})
         except Exception:
             handle.remove()
             raise
+        finally:
+            handle._forward_only = False
     return handle
 
 

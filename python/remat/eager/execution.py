@@ -7,41 +7,10 @@ import threading
 from typing import Any, Callable, Sequence
 
 import torch
-from torch import nn
-from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils.checkpoint import checkpoint
 
-from ._runtime import _modules_of, _restore, _synchronize, clock
-
-
-def _batchnorm_buffers(functions: Sequence[Any]) -> list[torch.Tensor]:
-    return [
-        b
-        for f in functions
-        for top in _modules_of(f)
-        for m in top.modules()
-        if isinstance(m, nn.modules.batchnorm._BatchNorm)
-        for b in m.buffers()
-    ]
-
-
-class _RunningStatsKept:
-    """A re-run is not a new batch: BatchNorm's running statistics are put back after it
-    (torch.utils.checkpoint alone would update them once more per re-run)."""
-
-    def __init__(self, buffers: list[torch.Tensor]) -> None:
-        self._buffers = buffers
-
-    # Outside any dispatch mode: under selective checkpointing the re-run's ops are matched one
-    # by one against the forward's, and these copies are not among them.
-    def __enter__(self) -> None:
-        with _disable_current_modes():
-            self._saved = [b.detach().clone() for b in self._buffers]
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._buffers:
-            with _disable_current_modes():
-                _restore(self._buffers, self._saved)
+from ._runtime import _modules_of, _synchronize, clock
+from .buffers import BufferReplay
 
 
 class Execution:
@@ -69,7 +38,6 @@ class Execution:
             stack.append(index)
         self.recompute_seconds = 0.0
         self._timing = threading.local()
-        self._statistics: dict[int, list[torch.Tensor]] = {}  # region -> BatchNorm buffers
 
     def __call__(self, h: Any) -> Any:
         return self._segment(0, len(self.functions) - 1, -1, h)
@@ -84,8 +52,9 @@ class Execution:
                 layer += 1
                 continue
             extra = {"context_fn": self.contexts[inner]} if inner in self.contexts else {}
+            replay = None if torch.compiler.is_compiling() else self._replay(inner)
             h = checkpoint(
-                functools.partial(self._region, inner),
+                functools.partial(self._region, inner, replay),
                 h,
                 use_reentrant=False,
                 preserve_rng_state=True,
@@ -94,10 +63,16 @@ class Execution:
             layer = self.regions[inner][1] + 1
         return h
 
-    def _region(self, region: int, h: Any) -> Any:
+    def _replay(self, region: int) -> BufferReplay:
         first, last = self.regions[region]
+        modules = [m for f in self.functions[first : last + 1] for m in _modules_of(f)]
+        return BufferReplay(modules, f"the region of layers {first} to {last}")
+
+    def _region(self, region: int, replay: BufferReplay | None, h: Any) -> Any:
+        first, last = self.regions[region]
+        run = self._segment if replay is None else functools.partial(replay.run, self._segment)
         if torch._C._current_graph_task_id() == -1:  # the first forward pass
-            return self._segment(first, last, region, h)
+            return run(first, last, region, h)
         # A re-run in backward. It may stop early (torch raises out of it once every saved
         # tensor is back), so the clock stops and the statistics come back in `finally`.
         outermost = not getattr(self._timing, "active", False)
@@ -105,10 +80,7 @@ class Execution:
         now = clock()
         start = now()
         try:
-            if region not in self._statistics:
-                self._statistics[region] = _batchnorm_buffers(self.functions[first : last + 1])
-            with _RunningStatsKept(self._statistics[region]):
-                out = self._segment(first, last, region, h)
+            out = run(first, last, region, h)
             _synchronize(out)
             return out
         finally:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -13,7 +12,7 @@ from ..units import format_bytes, format_seconds
 from ._runtime import _PreservedState, _synchronize, _tensors, clock
 from .auto import AutoCheckpoint
 from .blocks import Blocks, find_blocks
-from .planning import Plan, plan_profile
+from .planning import Plan
 from .profile import Profile
 
 
@@ -94,9 +93,11 @@ def measure(
     a time beyond the least-memory plan. Prints the table unless ``verbose=False``. Under a
     process group the ranks of `plan_group` report one agreed profile ("local": this rank's)."""
     chosen = find_blocks(model, blocks)
-    # Call by call, even in a chain: what each block saves is what is reported.
-    per_call = dataclasses.replace(chosen, chain=None)
-    handle = AutoCheckpoint(model, per_call, 2**60, None, False, plan_group=plan_group)
+    # Planned as auto_checkpoint plans it (call by call, or a stock nn.Sequential as one chain
+    # with nested regions), so the budgets reported are the ones it accepts.
+    handle = AutoCheckpoint(
+        model, chosen, 2**60, None, False, plan_group=plan_group, measuring=True
+    )
     try:
         devices = {t.device for t in _tensors((args, kwargs))}
         parameters = [p for p in model.parameters() if p.requires_grad]
@@ -115,12 +116,8 @@ def measure(
         handle.remove()
     if made is None:
         raise ValueError(f"blocks: none of {chosen.path} was called by the model's forward")
-    profile = made.profile
-    if chosen.chain is not None:  # auto_checkpoint nests regions in a chain: its least is lower
-        profile = dataclasses.replace(profile, max_region_layers=0)
-        made = plan_profile(profile, made.no_checkpoint_bytes)
     result = Measurement(
-        chosen, profile, made.no_checkpoint_bytes, made.minimum_budget_bytes, seconds
+        chosen, made.profile, made.no_checkpoint_bytes, made.minimum_budget_bytes, seconds
     )
     if verbose:
         print(result.table())

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from ..units import parse_bytes
+from ._runtime import _modules_of, run_context
 from .planning import Plan, plan, run_plan
 from .profile import Profile
 
@@ -104,6 +105,7 @@ def checkpoint_sequential(
         tune,
         id(plan_group),
         granularity,
+        run_context(m for f in functions for m in _modules_of(f)),
     )
     found = _plans.get(key, functions)
     if found is None:
