@@ -26,8 +26,15 @@ def parse_bytes(value: int | float | str, field: str = "memory_budget") -> int:
     `field` for anything else."""
     if isinstance(value, bool):
         raise ValueError(f"{field}: expected bytes, got a bool")
-    if isinstance(value, (int, float)):
-        number, scale = float(value), 1
+    if isinstance(value, int):
+        # Exact: a float would round 2**60 - 1 up, and overflow past 10**308.
+        if value < 0:
+            raise ValueError(f"{field}: {value!r} is not a finite number of bytes >= 0")
+        if value >= 2**62:
+            raise ValueError(f"{field}: {value!r} is too large")
+        return value
+    if isinstance(value, float):
+        number, scale = value, 1
     elif isinstance(value, str):
         match = _PATTERN.match(value)
         unit = match.group(2).lower() if match else None

@@ -190,14 +190,19 @@ Command add_pareto(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "pareto", "Best saved runtime for every budget from 0 to max_memory, in one pass");
   auto common = std::make_shared<CommonOptions>();
-  auto points = std::make_shared<std::size_t>(0);
+  auto points = std::make_shared<std::int64_t>(0);
   auto plot = std::make_shared<std::string>();
   sub->add_option("--points", *points, "K evenly spaced budgets instead of every breakpoint");
   sub->add_option("--plot", *plot,
                   "Draw the curve to this image (.png/.svg) through the remat Python package");
   add_common(sub, *common);
   return [=] {
-    if (*points == 1) throw InputError("points", std::nullopt, "must be at least 2");
+    if (*points < 0 || *points == 1) {
+      throw InputError("points", std::nullopt, "must be 0 (every breakpoint) or at least 2");
+    }
+    // Each point is a line of output: past this the request is a mistake, not a curve.
+    constexpr std::int64_t kMaxPoints = 10'000'000;
+    if (*points > kMaxPoints) throw InputError("points", std::nullopt, "must be at most 10^7");
     if (!plot->empty()) {
       plot_through_python(*common, *plot);
       return;
@@ -208,8 +213,15 @@ Command add_pareto(CLI::App& app) {
       std::cout << io::pareto_json(problem, front) << "\n";
       return;
     }
+    if (*points - 1 > problem.capacity) {
+      throw InputError("points", std::nullopt,
+                       "must be at most " + std::to_string(problem.capacity + 1) +
+                           ", the distinct budgets 0.." + std::to_string(problem.capacity) +
+                           " quanta of max_memory");
+    }
     std::vector<ParetoPoint> sampled;
-    for (std::size_t k = 0; k < *points; ++k) {
+    sampled.reserve(static_cast<std::size_t>(*points));
+    for (std::int64_t k = 0; k < *points; ++k) {
       const double share = static_cast<double>(k) / static_cast<double>(*points - 1);
       const auto budget =
           static_cast<std::int64_t>(std::nearbyint(share * static_cast<double>(problem.capacity)));

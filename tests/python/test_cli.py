@@ -177,7 +177,12 @@ def test_bad_input_is_one_error_line_and_exit_2(run, text, message):
         (["solve", "--time-limit", "-1", "-"], "time_limit: must be a positive"),
         (["solve", "--bogus"], "error:"),
         (["solve", "/nonexistent/file.json"], "input: cannot open '/nonexistent/file.json'"),
-        (["pareto", "--points", "1", "-"], "points: must be at least 2"),
+        (["pareto", "--points", "1", "-"], "points: must be 0 (every breakpoint) or at least 2"),
+        # Once read unsigned: -1 became 2^64 - 1 points and ran out of memory.
+        (["pareto", "--points", "-1", "-"], "points: must be 0 (every breakpoint) or at least 2"),
+        (["pareto", "--points", "100000000", "-"], "points: must be at most 10^7"),
+        # max_memory 5 at scale 10^4: budgets 0..50000 quanta.
+        (["pareto", "--points", "50002", "-"], "points: must be at most 50001, the distinct"),
         (
             ["generate", "--family", "nope", "--n", "3", "--seed", "1"],
             "family: unknown family 'nope'",

@@ -329,3 +329,74 @@ def test_work_clock_is_thread_cpu_time_on_one_cpu_thread():
         assert clock() is time.perf_counter
     finally:
         torch.set_num_threads(threads)
+
+
+def _linear_chain(width=64, depth=6):
+    torch.manual_seed(0)
+    return [nn.Sequential(nn.Linear(width, width), nn.Tanh()) for _ in range(depth)]
+
+
+def test_lambdas_over_modules_do_not_count_their_weights():
+    """`lambda h, block=block: block(h)` hides the module from a plain look: its weights were
+    counted as saved activations (3x the no-checkpoint bytes), so a budget that needs no region
+    got five. Default arguments and closure cells are looked into now."""
+    blocks = _linear_chain()
+    lambdas = [lambda h, block=block: block(h) for block in blocks]
+
+    def closure(block):
+        return lambda h: block(h)
+
+    x = torch.randn(32, 64, requires_grad=True)
+    modules = rt.plan(blocks, x, memory_budget=10**12, tune=False)
+    for functions in (lambdas, [closure(b) for b in blocks]):
+        made = rt.plan(functions, x, memory_budget=modules.no_checkpoint_bytes, tune=False)
+        assert made.no_checkpoint_bytes == modules.no_checkpoint_bytes
+        assert made.regions == ()
+
+
+def test_checkpoint_sequential_replans_when_a_block_is_rebuilt():
+    """Its plan cache once matched a chain whose inner Linear was swapped for a wider one (same
+    function objects, shapes and flags): the step then held 1.6x the budget. The parameters are
+    part of the key now: the rebuilt chain gets its own plan, which fits."""
+    blocks = _linear_chain(width=64)
+    x = torch.randn(32, 64, requires_grad=True)
+    budget = rt.plan(blocks, x, memory_budget=10**12, tune=False).no_checkpoint_bytes
+    rt.checkpoint_sequential(blocks, x, memory_budget=budget).sum().backward()
+    for block in blocks[2:4]:
+        block[0] = nn.Sequential(nn.Linear(64, 128), nn.Linear(128, 64))
+    rt.checkpoint_sequential(blocks, x, memory_budget=budget).sum().backward()  # plans again
+    with rt.SavedTensorMeter(blocks) as meter:
+        out = rt.checkpoint_sequential(blocks, x, memory_budget=budget)
+        out.sum().backward()
+    assert meter.peak_bytes <= budget
+
+
+def test_run_plan_warns_for_an_input_the_plan_was_not_made_for():
+    blocks = _linear_chain()
+    made = rt.plan(blocks, torch.randn(8, 64, requires_grad=True), memory_budget="1GiB")
+    with pytest.warns(RuntimeWarning, match="other shapes, dtypes or devices"):
+        eager.run_plan(blocks, made, torch.randn(64, 64, requires_grad=True))
+
+
+@pytest.mark.parametrize(
+    "option,value,message",
+    [
+        ("slots", 0, "slots: expected a whole number >= 1"),  # once silently the default
+        ("slots", 1.5, "slots: expected a whole number >= 1"),  # once nanobind's raw TypeError
+        ("microbatches_in_flight", 2.7, "microbatches_in_flight: expected a whole number"),
+        ("microbatches_in_flight", 0, "microbatches_in_flight: expected a whole number"),
+    ],
+)
+def test_planner_options_are_checked_by_name(option, value, message):
+    blocks = _linear_chain(depth=2)
+    with pytest.raises(ValueError, match=message):
+        rt.plan(blocks, torch.randn(4, 64), memory_budget="1GiB", tune=False, **{option: value})
+
+
+def test_parse_bytes_takes_ints_exactly():
+    # Through a float, 2**60 - 1 came back as 2**60 and 10**400 raised OverflowError.
+    assert parse_bytes(2**60 - 1) == 2**60 - 1
+    with pytest.raises(ValueError, match="memory_budget: .* is too large"):
+        parse_bytes(10**400)
+    with pytest.raises(ValueError, match="memory_budget: -1 is not"):
+        parse_bytes(-1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import time
+import types
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
@@ -52,6 +53,24 @@ def _detached(value: Any) -> Any:
     return value
 
 
+def _signature(value: Any) -> Any:
+    """Shapes, dtypes, devices and requires_grad of a value's tensors, in its structure: what a
+    plan made for one input holds for."""
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.dtype, str(value.device), value.requires_grad)
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__,) + tuple(_signature(v) for v in value)
+    if isinstance(value, dict):
+        # Keys of mixed types do not sort by themselves.
+        items = sorted(value.items(), key=lambda item: (type(item[0]).__name__, repr(item[0])))
+        return ("dict",) + tuple((k, _signature(v)) for k, v in items)
+    try:
+        hash(value)
+        return ("value", value)
+    except TypeError:
+        return ("object", id(value))
+
+
 def _autocast_state() -> tuple[Any, ...]:
     state = []
     for device in ("cpu", "cuda"):
@@ -67,13 +86,16 @@ def _autocast_state() -> tuple[Any, ...]:
 
 def run_context(modules: Iterable[nn.Module]) -> tuple[Any, ...]:
     """What a plan depends on besides its inputs' shapes: each module's train or eval mode
-    (dropout, BatchNorm), which parameters train (a frozen layer saves nothing for its weight's
-    gradient, so unfreezing one adds saved bytes) and autocast (it changes the dtypes, so the
-    bytes, of what backward saves). A plan made under one of these is not reused under another."""
+    (dropout, BatchNorm), its parameters (a submodule swapped for a wider one saves more) and
+    which of them train (a frozen layer saves nothing for its weight's gradient, so unfreezing
+    one adds saved bytes), and autocast (it changes the dtypes, so the bytes, of what backward
+    saves). A plan made under one of these is not reused under another."""
     modules = list(dict.fromkeys(modules))
     training = tuple(m.training for top in modules for m in top.modules())
-    trainable = tuple(p.requires_grad for top in modules for p in top.parameters())
-    return training, trainable, _autocast_state()
+    parameters = tuple(
+        (id(p), p.shape, p.dtype, p.requires_grad) for top in modules for p in top.parameters()
+    )
+    return training, parameters, _autocast_state()
 
 
 def in_backward() -> bool:
@@ -123,9 +145,26 @@ class _PreservedState:
 
 
 def _modules_of(function: Any) -> list[nn.Module]:
+    """The modules a layer function runs, as far as they can be seen: the function itself, a
+    partial's function and arguments, a bound method's owner, or a plain function's (a
+    lambda's) default arguments and closure cells, as in `lambda h, block=block: block(h)`.
+    Their parameters are not activations; a module reached only through a global is not seen."""
     if isinstance(function, nn.Module):
         return [function]
     if isinstance(function, functools.partial):
-        return [m for part in (function.func, *function.args) for m in _modules_of(part)]
+        parts = (function.func, *function.args, *function.keywords.values())
+        return [m for part in parts for m in _modules_of(part)]
     owner = getattr(function, "__self__", None)
-    return [owner] if isinstance(owner, nn.Module) else []
+    if isinstance(owner, nn.Module):
+        return [owner]
+    if isinstance(function, types.FunctionType):
+        captured = list(function.__defaults__ or ()) + list(
+            (function.__kwdefaults__ or {}).values()
+        )
+        for cell in function.__closure__ or ():
+            try:
+                captured.append(cell.cell_contents)
+            except ValueError:  # a cell not yet filled
+                pass
+        return [value for value in captured if isinstance(value, nn.Module)]
+    return []

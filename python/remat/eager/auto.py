@@ -31,7 +31,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..saved_memory import excluded_storages, is_persistent, storage_key
 from ..units import parse_bytes
-from ._runtime import _PreservedState, _tensors, clock, in_backward, run_context
+from ._runtime import _PreservedState, _signature, _tensors, clock, in_backward, run_context
 from .block_plan import RecordedCall, chain_profile
 from .blocks import Blocks, find_blocks
 from .buffers import BufferReplay
@@ -39,7 +39,6 @@ from .execution import Execution
 from . import distributed, selective
 from .planning import Plan, plan, plan_profile
 from .profile import _region_overhead, measure_call
-from .sequential import _signature
 
 _log = logging.getLogger("remat")
 

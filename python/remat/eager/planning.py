@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
@@ -13,7 +14,15 @@ from torch import nn
 
 from .. import _core
 from ..units import format_bytes, format_seconds, parse_bytes
-from ._runtime import _PreservedState, _detached, _modules_of, _synchronize, _tensors, clock
+from ._runtime import (
+    _PreservedState,
+    _detached,
+    _modules_of,
+    _signature,
+    _synchronize,
+    _tensors,
+    clock,
+)
 from . import distributed, selective
 from .execution import Execution
 from .profile import Profile, profile_layers
@@ -41,6 +50,8 @@ class Plan:
     # The selective checkpoint option of each region, in the order of `regions`: an index into
     # its layer's `options`, or -1 (the region re-runs whole). Empty: every region re-runs whole.
     options: tuple[int, ...] = ()
+    # What the plan was made for: the input's shapes, dtypes and devices (None: from a profile).
+    input_signature: Any = field(default=None, repr=False, compare=False)
 
     def core_regions(self) -> list[tuple[int, int, int, int]]:
         """The regions as the C++ core takes them: (first, last, depth, option)."""
@@ -257,9 +268,17 @@ def plan_profile(
     budgets from budget / m (which always fits, held <= peak) up to the budget, searched by
     bisection on that stage peak."""
     budget = parse_bytes(memory_budget)
-    m = int(microbatches_in_flight)
-    if m < 1:
-        raise ValueError(f"microbatches_in_flight: must be >= 1, got {microbatches_in_flight}")
+    if slots is not None and (isinstance(slots, bool) or not isinstance(slots, int) or slots < 1):
+        raise ValueError(f"slots: expected a whole number >= 1 (or None), got {slots!r}")
+    if (
+        isinstance(microbatches_in_flight, bool)
+        or not isinstance(microbatches_in_flight, int)
+        or microbatches_in_flight < 1
+    ):
+        raise ValueError(
+            f"microbatches_in_flight: expected a whole number >= 1, got {microbatches_in_flight!r}"
+        )
+    m = microbatches_in_flight
     if m == 1:
         return _plan_one(profile, budget, slots)
     least = _plan_one(profile, 2**60, slots).minimum_budget_bytes
@@ -331,6 +350,8 @@ def plan(
     if tune and input is not None and _tensors(input) and microbatches_in_flight == 1:
         found = tune_plan(functions, input, found, plan_group=plan_group)
     distributed.verify_same_plan((found.regions, found.options), group=plan_group)
+    if input is not None:
+        found = dataclasses.replace(found, input_signature=_signature(input))
     return found
 
 
@@ -432,10 +453,19 @@ def _time_step(
 
 
 def run_plan(functions: Sequence[Callable[[Any], Any]], plan: Plan, input: Any) -> Any:
-    """Runs `functions` on `input` through `plan`'s checkpoint regions."""
+    """Runs `functions` on `input` through `plan`'s checkpoint regions. An input of other
+    shapes or dtypes than the plan was made for runs too, with a warning: what it saves (so the
+    peak) is not what the plan predicted."""
     functions = list(functions)
     if len(functions) != len(plan.profile.layers):
         raise ValueError(
             f"plan: has {len(plan.profile.layers)} layers, functions has {len(functions)}"
+        )
+    if plan.input_signature is not None and _signature(input) != plan.input_signature:
+        warnings.warn(
+            "remat.run_plan: input: other shapes, dtypes or devices than the plan was made for; "
+            "its saved bytes may exceed the plan's predicted peak (plan again for this input)",
+            RuntimeWarning,
+            stacklevel=2,
         )
     return Execution(functions, plan.regions, plan.contexts())(input)

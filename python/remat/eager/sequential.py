@@ -10,23 +10,9 @@ import torch
 from torch import nn
 
 from ..units import parse_bytes
-from ._runtime import _modules_of, run_context
+from ._runtime import _modules_of, _signature, run_context
 from .planning import Plan, plan, run_plan
 from .profile import Profile
-
-
-def _signature(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return ("tensor", tuple(value.shape), value.dtype, str(value.device), value.requires_grad)
-    if isinstance(value, (list, tuple)):
-        return (type(value).__name__,) + tuple(_signature(v) for v in value)
-    if isinstance(value, dict):
-        return ("dict",) + tuple((k, _signature(v)) for k, v in sorted(value.items()))
-    try:
-        hash(value)
-        return ("value", value)
-    except TypeError:
-        return ("object", id(value))
 
 
 class _PlanCache:
@@ -81,16 +67,22 @@ def checkpoint_sequential(
     tune: bool = True,
     plan_group: Any = None,
     granularity: str = "op",
+    exclude: Sequence[nn.Module] = (),
 ) -> Any:
     """torch.utils.checkpoint.checkpoint_sequential with a memory budget instead of a segment
     count: the least-recompute nested checkpoint plan whose saved-for-backward bytes fit.
+
+    Parameters and buffers of the modules among `functions` (or bound to them) are not counted
+    as activations; functions that reach modules some other way (a lambda calling one) hide
+    them, so pass those modules (or the model) as `exclude`, or their weights count as saved
+    bytes.
 
     The first call for a given set of functions, input shape and dtype, and budget measures the
     layers (see :func:`profile_layers`) and plans; later calls reuse the plan. Pass the same
     function objects each step (a new lambda each call is profiled each call). With grad
     disabled the layers simply run. Under a process group the ranks of `plan_group` agree on
     one plan (see :func:`plan`)."""
-    functions = list(functions)
+    functions, exclude = list(functions), list(exclude)
     if not torch.is_grad_enabled():
         for function in functions:
             input = function(input)
@@ -105,7 +97,8 @@ def checkpoint_sequential(
         tune,
         id(plan_group),
         granularity,
-        run_context(m for f in functions for m in _modules_of(f)),
+        tuple(id(m) for m in exclude),
+        run_context([m for f in functions for m in _modules_of(f)] + list(exclude)),
     )
     found = _plans.get(key, functions)
     if found is None:
@@ -118,6 +111,7 @@ def checkpoint_sequential(
             tune=tune,
             plan_group=plan_group,
             granularity=granularity,
+            exclude=exclude,
         )
         _plans.put(key, functions, found)
     return run_plan(functions, found, input)
