@@ -400,3 +400,9 @@ def test_parse_bytes_takes_ints_exactly():
         parse_bytes(10**400)
     with pytest.raises(ValueError, match="memory_budget: -1 is not"):
         parse_bytes(-1)
+
+
+def test_input_signatures_take_dicts_with_keys_of_mixed_types():
+    from remat.eager._runtime import _signature  # sorting such keys raised TypeError
+
+    assert _signature({1: torch.zeros(2), "a": 3}) == _signature({"a": 3, 1: torch.zeros(2)})
