@@ -26,14 +26,8 @@ def parse_bytes(value: int | float | str, field: str = "memory_budget") -> int:
     `field` for anything else."""
     if isinstance(value, bool):
         raise ValueError(f"{field}: expected bytes, got a bool")
-    if isinstance(value, int):
-        # Exact: a float would round 2**60 - 1 up, and overflow past 10**308.
-        if value < 0:
-            raise ValueError(f"{field}: {value!r} is not a finite number of bytes >= 0")
-        if value >= 2**62:
-            raise ValueError(f"{field}: {value!r} is too large")
-        return value
-    if isinstance(value, float):
+    if isinstance(value, (int, float)):
+        # An int stays exact: through a float 2**60 - 1 rounds up and 10**400 overflows.
         number, scale = value, 1
     elif isinstance(value, str):
         match = _PATTERN.match(value)
@@ -48,7 +42,7 @@ def parse_bytes(value: int | float | str, field: str = "memory_budget") -> int:
         raise ValueError(
             f"{field}: expected bytes as an int or a string, got {type(value).__name__}"
         )
-    if not math.isfinite(number) or number < 0:
+    if number < 0 or isinstance(number, float) and not math.isfinite(number):
         raise ValueError(f"{field}: {value!r} is not a finite number of bytes >= 0")
     total = number * scale
     if total >= 2**62:

@@ -117,20 +117,27 @@ def _restore(buffers: Sequence[torch.Tensor], saved: Sequence[torch.Tensor]) -> 
         buffer.data.copy_(value)
 
 
+def _submodules(tops: Iterable[nn.Module]) -> list[nn.Module]:
+    """Every module under `tops`, each once."""
+    return list(dict.fromkeys(m for top in tops for m in top.modules()))
+
+
+def _buffer_entries(owners: Iterable[nn.Module]) -> list[tuple[nn.Module, str, torch.Tensor]]:
+    """(owner, name, tensor) of each buffer: by owner and name, because a forward may assign a
+    buffer a new tensor rather than change it."""
+    return [(m, name, b) for m in owners for name, b in m._buffers.items() if b is not None]
+
+
 class _PreservedState:
     """Profiling runs layers several times: it must not advance the RNG (dropout) or move
     BatchNorm's running statistics, or training would differ from a run without remat."""
 
     def __init__(self, modules: Iterable[nn.Module], devices: set[torch.device]) -> None:
-        tops = list(modules)
-        self._owners = list(dict.fromkeys(m for top in tops for m in top.modules()))
+        self._owners = _submodules(modules)
         self._cuda = sorted({d.index or 0 for d in devices if d.type == "cuda"})
 
     def __enter__(self) -> None:
-        # By owner and name: a forward may assign a buffer a new tensor rather than change it.
-        self._entries = [
-            (m, name, b) for m in self._owners for name, b in m._buffers.items() if b is not None
-        ]
+        self._entries = _buffer_entries(self._owners)
         self._saved_buffers = [b.detach().clone() for _, _, b in self._entries]
         self._rng = torch.random.get_rng_state()
         self._cuda_rng = [torch.cuda.get_rng_state(d) for d in self._cuda]

@@ -25,6 +25,8 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 
+from ._runtime import _buffer_entries, _submodules
+
 
 class BufferLedger:
     """Per module: the names of the buffers its forward has been seen to change."""
@@ -56,10 +58,6 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
 
 
-def _modules(tops: Sequence[nn.Module]) -> list[nn.Module]:
-    return list(dict.fromkeys(m for top in tops for m in top.modules()))
-
-
 class BufferReplay:
     """The buffers of one checkpoint call's modules. Its first run is the forward; every later
     run is a re-run in backward."""
@@ -67,7 +65,7 @@ class BufferReplay:
     def __init__(
         self, modules: Sequence[nn.Module], describe: str, ledger: BufferLedger = LEDGER
     ) -> None:
-        self._modules = _modules(modules)
+        self._modules = _submodules(modules)
         self._describe = describe
         self._ledger = ledger
         self._forwarded = False
@@ -83,9 +81,7 @@ class BufferReplay:
     # Copies are made outside any dispatch mode: under selective checkpointing the re-run's ops
     # are matched one by one against the forward's, and these copies are not among them.
     def _forward(self, function: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-        entries = [
-            (m, name, b) for m in self._modules for name, b in m._buffers.items() if b is not None
-        ]
+        entries = _buffer_entries(self._modules)
         if not entries:
             return function(*args, **kwargs)
         versions = [b._version for _, _, b in entries]

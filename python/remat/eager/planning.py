@@ -253,6 +253,19 @@ def _stage_peak(found: Plan, microbatches: int) -> int:
     return (microbatches - 1) * found.held_at_end_of_forward() + found.predicted_peak_bytes
 
 
+def _whole_number(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _check_planner_options(slots: int | None, microbatches_in_flight: int) -> None:
+    if slots is not None and not _whole_number(slots):
+        raise ValueError(f"slots: expected a whole number >= 1 (or None), got {slots!r}")
+    if not _whole_number(microbatches_in_flight):
+        raise ValueError(
+            f"microbatches_in_flight: expected a whole number >= 1, got {microbatches_in_flight!r}"
+        )
+
+
 def plan_profile(
     profile: Profile,
     memory_budget: int | float | str,
@@ -268,16 +281,7 @@ def plan_profile(
     budgets from budget / m (which always fits, held <= peak) up to the budget, searched by
     bisection on that stage peak."""
     budget = parse_bytes(memory_budget)
-    if slots is not None and (isinstance(slots, bool) or not isinstance(slots, int) or slots < 1):
-        raise ValueError(f"slots: expected a whole number >= 1 (or None), got {slots!r}")
-    if (
-        isinstance(microbatches_in_flight, bool)
-        or not isinstance(microbatches_in_flight, int)
-        or microbatches_in_flight < 1
-    ):
-        raise ValueError(
-            f"microbatches_in_flight: expected a whole number >= 1, got {microbatches_in_flight!r}"
-        )
+    _check_planner_options(slots, microbatches_in_flight)
     m = microbatches_in_flight
     if m == 1:
         return _plan_one(profile, budget, slots)
@@ -335,6 +339,7 @@ def plan(
     Raises ``remat.InputError`` (a ValueError) stating the least feasible budget when
     `memory_budget` is below it."""
     functions = list(functions)
+    _check_planner_options(slots, microbatches_in_flight)  # before profiling, which takes long
     if profile is None:
         profile = profile_layers(
             functions, input, exclude=exclude, names=names, granularity=granularity

@@ -98,7 +98,7 @@ def checkpoint_sequential(
         id(plan_group),
         granularity,
         tuple(id(m) for m in exclude),
-        run_context([m for f in functions for m in _modules_of(f)] + list(exclude)),
+        run_context([m for f in functions for m in _modules_of(f)] + exclude),
     )
     found = _plans.get(key, functions)
     if found is None:
