@@ -50,10 +50,12 @@
 // within a few times the largest pair of adjacent sizes; then the band widens, up to the full
 // program). Each band also takes O(n^2 C) for the F passes and knapsacks. Memory: the band's
 // rows and offsets, 3 n (C + 1) doubles for F and 2 (C + 1) for the knapsack, accounted before
-// the allocation. Segments are filled by end point, then start point downwards, so the right
-// parts of a segment were filled just before it. The plan is rebuilt by re-evaluating the
-// minimizations, never stored. The full program is kept as plan_profile_reference
-// (profile_reference.cpp) for the tests and the benchmark.
+// the allocation. Segments are filled in tiles of kTileEnds end points; within a tile by start
+// point downwards, then end point upwards, so both parts of a segment are filled before it and
+// each start point's left parts are read once per tile rather than once per end point (the fill
+// is bound by memory traffic). The plan is rebuilt by re-evaluating the minimizations, never
+// stored. The full program is kept as plan_profile_reference (profile_reference.cpp) for the
+// tests and the benchmark.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -79,6 +81,8 @@ constexpr double kMargin = 1e-9;
 constexpr std::int64_t kFirstMaxLength = 64;
 // Up to this much work (n^3 C / 6 steps) the full program runs at once, with no band to certify.
 constexpr double kSmallWork = 2e7;
+// End points filled together (see solve()); 16 was fastest of 4 to 64 at 1000 layers.
+constexpr std::int64_t kTileEnds = 16;
 
 class BandProgram {
  public:
@@ -156,12 +160,18 @@ class BandProgram {
     }
     row_offset_.push_back(entries);
     values_.assign(entries_, kInf);
-    // By end point, then start point downwards: the right parts (j, t) of a segment were filled
-    // just before it and are still in cache; its left parts (s, j) lie together.
+    // (s, t) needs (s, j) and (j, t) for s < j < t: in a tile of end points, start points
+    // downwards and end points upwards fill both first. The tile's right parts (j, t) stay in
+    // cache, and the left parts (s, j), which lie together, are read once for the whole tile.
+    const std::int64_t tile = kTileEnds;
     std::int64_t first_start = 0;
-    for (std::int64_t t = 1; t <= n_; ++t) {
-      while (last(first_start) < t) ++first_start;
-      for (std::int64_t s = t - 1; s >= first_start; --s) fill_r(s, t);
+    for (std::int64_t t0 = 1; t0 <= n_; t0 += tile) {
+      const std::int64_t t1 = std::min(n_, t0 + tile - 1);
+      while (last(first_start) < t0) ++first_start;
+      for (std::int64_t s = t1 - 1; s >= first_start; --s) {
+        const std::int64_t t_end = std::min(t1, last(s));
+        for (std::int64_t t = std::max(t0, s + 1); t <= t_end; ++t) fill_r(s, t);
+      }
     }
     fill_f();
     const double good = g(0)[static_cast<std::size_t>(capacity_)];
@@ -304,7 +314,10 @@ class BandProgram {
     const std::int64_t left_end = top(s, j) + 1, right_end = top(j, t) + ws + 1;
     const std::int64_t both_end = std::min({end, left_end, right_end});
     std::int64_t m = first;
-    for (; m < both_end; ++m) row[m] = std::min(row[m], cost + right[m] + left[m]);
+    if (m < both_end) {
+      lower_to_sums(row, right, left, cost, m, both_end);
+      m = both_end;
+    }
     if (m >= end) return;
     if (left_end <= m && right_end > m) {
       const double l = left[left_end - 1];
@@ -318,6 +331,19 @@ class BandProgram {
     if (m >= end) return;
     const double v = cost + right[std::min(m, right_end - 1)] + left[std::min(m, left_end - 1)];
     for (; m < end; ++m) row[m] = std::min(row[m], v);
+  }
+
+  // row[m] = min(row[m], cost + a[m] + b[m]) for m in [from, to). Written without std::min and
+  // with the rows declared apart (they are different segments' rows) so that it vectorizes: the
+  // band's fill spends most of its time here. The sum is formed in the same order as the full
+  // program's, so the values agree to the last bit.
+  static void lower_to_sums(double* __restrict row, const double* __restrict a,
+                            const double* __restrict b, double cost, std::int64_t from,
+                            std::int64_t to) {
+    for (std::int64_t m = from; m < to; ++m) {
+      const double v = cost + a[m] + b[m];
+      row[m] = v < row[m] ? v : row[m];
+    }
   }
 
   // G over good segments with the full program's arithmetic; B, the least lower bound of a
