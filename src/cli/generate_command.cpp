@@ -13,8 +13,14 @@ Command add_generate(CLI::App& app) {
   std::string families;
   for (const auto& f : generator_families()) families += (families.empty() ? "" : " | ") + f;
   sub->add_option("--family", o->family, families)->required();
-  sub->add_option("--n", o->n, "Number of items")->required();
-  sub->add_option("--seed", o->seed, "Random seed")->required();
+  // Both are unsigned, and CLI11 would wrap a negative value around: refuse it instead.
+  const CLI::Validator not_negative(
+      [](std::string& text) {
+        return text.find('-') == std::string::npos ? std::string() : "must be >= 0, got " + text;
+      },
+      "");
+  sub->add_option("--n", o->n, "Number of items")->required()->check(not_negative);
+  sub->add_option("--seed", o->seed, "Random seed")->required()->check(not_negative);
   sub->add_option("--range", o->range, "Pisinger classes: coefficients in [1, R] (default 1000)");
   sub->add_option("--capacity-ratio", o->capacity_ratio,
                   "Pisinger classes: capacity as a share of total weight (default 0.5)");

@@ -1,7 +1,10 @@
 #include "io/json_io.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "remat/errors.hpp"
 
@@ -37,12 +40,9 @@ std::vector<double> number_array(const json& root, const std::string& field) {
   return values;
 }
 
-// nlohmann prefixes its messages with "[json.exception.parse_error.101] "; users need the rest.
-// The rest can quote the offending input, which may be invalid UTF-8 or control characters:
-// those bytes are written as \xNN so the error line stays one printable line.
-std::string without_exception_id(const std::string& message) {
-  const auto pos = message.find("] ");
-  const std::string text = pos == std::string::npos ? message : message.substr(pos + 2);
+// Text quoted from the input may be invalid UTF-8 or control characters: those bytes are written
+// as \xNN so that an error stays one printable line.
+std::string printable(const std::string& text) {
   std::string out;
   for (unsigned char c : text) {
     if (c >= 0x20 && c < 0x7f) {
@@ -57,9 +57,34 @@ std::string without_exception_id(const std::string& message) {
   return out;
 }
 
+// nlohmann prefixes its messages with "[json.exception.parse_error.101] "; users need the rest.
+std::string without_exception_id(const std::string& message) {
+  const auto pos = message.find("] ");
+  return printable(pos == std::string::npos ? message : message.substr(pos + 2));
+}
+
 json parse_document(std::string_view text) {
+  // nlohmann keeps the last of two equal keys; a document that says two things is refused
+  // instead, naming the key, so that an edited file cannot be half read.
+  std::vector<std::vector<std::string>> keys;  // per open object, its keys so far
+  const json::parser_callback_t no_duplicate_keys = [&keys](int, json::parse_event_t event,
+                                                            json& parsed) {
+    if (event == json::parse_event_t::object_start) {
+      keys.emplace_back();
+    } else if (event == json::parse_event_t::object_end) {
+      keys.pop_back();
+    } else if (event == json::parse_event_t::key && !keys.empty()) {
+      std::vector<std::string>& seen = keys.back();
+      const std::string& key = parsed.get_ref<const std::string&>();
+      if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+        throw InputError(printable(key), std::nullopt, "appears twice in one object");
+      }
+      seen.push_back(key);
+    }
+    return true;
+  };
   try {
-    return json::parse(text.begin(), text.end());
+    return json::parse(text.begin(), text.end(), no_duplicate_keys);
   } catch (const json::parse_error& e) {
     std::string detail = without_exception_id(e.what());
     const std::size_t at = e.byte > 0 ? e.byte - 1 : 0;
@@ -102,13 +127,20 @@ Instance read_instance(std::string_view text) {
 
 namespace {
 
-std::int64_t byte_count(const json& value, const std::string& field,
-                        std::optional<std::size_t> index) {
+// A whole number >= 0 that an int64 holds; `unit` names what it counts in the error ("of bytes
+// ", or "" for a plain count).
+std::int64_t whole_count(const json& value, const std::string& field,
+                         std::optional<std::size_t> index, const std::string& unit) {
   const double x = number_at(value, field, index);
   if (!std::isfinite(x) || x < 0 || x != std::floor(x) || x >= 9.2e18) {
-    throw InputError(field, index, "must be a whole number of bytes >= 0");
+    throw InputError(field, index, "must be a whole number " + unit + ">= 0");
   }
   return static_cast<std::int64_t>(x);
+}
+
+std::int64_t byte_count(const json& value, const std::string& field,
+                        std::optional<std::size_t> index) {
+  return whole_count(value, field, index, "of bytes ");
 }
 
 // The document's object and its non-empty "layers" array, shared by both profile formats.
@@ -204,7 +236,8 @@ eager::Profile read_eager_profile(std::string_view text) {
   }
   const auto max_region_layers = root.find("max_region_layers");
   if (max_region_layers != root.end()) {
-    profile.max_region_layers = byte_count(*max_region_layers, "max_region_layers", std::nullopt);
+    profile.max_region_layers =
+        whole_count(*max_region_layers, "max_region_layers", std::nullopt, "");
   }
   for (std::size_t i = 0; i < layers->size(); ++i) {
     const json& layer = (*layers)[i];

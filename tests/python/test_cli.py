@@ -155,6 +155,15 @@ BAD_INPUTS = [
     ('{"memory": [1e300], "runtime": [1], "max_memory": 1}', "memory[0]: 1e+300 times scale"),
     ('{"memory": [1e308, 1e308], "runtime": [1, 1], "max_memory": 1}', "memory[0]"),
     ('{"memory": [1], "runtime": [1e999], "max_memory": 1}', "input: malformed JSON"),
+    # nlohmann kept the last of two equal keys, so an edited file was half read.
+    (
+        '{"memory": [1], "runtime": [1], "max_memory": 9, "max_memory": 0}',
+        "max_memory: appears twice",
+    ),
+    (
+        '{"memory": [1], "runtime": [1], "max_memory": 1, "names": [{"a": 1, "a": 2}]}',
+        "a: appears twice",
+    ),
 ]
 
 
@@ -188,6 +197,12 @@ def test_bad_input_is_one_error_line_and_exit_2(run, text, message):
             "family: unknown family 'nope'",
         ),
         (["generate", "--family", "uncorrelated", "--n", "3"], "error:"),
+        # Both are unsigned: -1 was read as 2^64 - 1 (a seed silently, n as "at most 10^7").
+        (
+            ["generate", "--family", "uncorrelated", "--n", "3", "--seed", "-1"],
+            "seed: must be >= 0",
+        ),
+        (["generate", "--family", "uncorrelated", "--n", "-1", "--seed", "1"], "n: must be >= 0"),
         ([], "error:"),
         (["frobnicate"], "error:"),
     ],

@@ -69,6 +69,11 @@ def test_budget_below_the_minimum_states_it(run):
         (lambda p: p.update(region_overhead=-1), "region_overhead: must be finite and >= 0"),
         (lambda p: p.update(layers=[]), "layers: expected a non-empty array"),
         (lambda p: p.pop("input_bytes"), "input_bytes: missing"),
+        # A count of layers, once described as bytes.
+        (
+            lambda p: p.update(max_region_layers=1.5),
+            "max_region_layers: must be a whole number >= 0",
+        ),
     ],
 )
 def test_bad_profiles_name_the_field(run, mutate, message):
