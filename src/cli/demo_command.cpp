@@ -1,7 +1,9 @@
 // `remat demo`: the main job on an embedded instance recorded from torch.compile. Solves it with
 // every solver and prints a table and the exact plan.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "cli/commands.hpp"
@@ -54,7 +56,11 @@ Command add_demo(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "demo", "Solve the embedded torch.compile instance (or FILE) with every solver");
   auto file = std::make_shared<std::string>();
+  auto time_limit = std::make_shared<std::optional<double>>();
   sub->add_option("file", *file, "Instance JSON file instead of the embedded one");
+  sub->add_option("--time-limit", *time_limit,
+                  "Seconds for each solver: exact returns its best plan by then, a table solver "
+                  "that would take longer is skipped");
   return [=] {
     const io::Instance instance =
         io::read_instance(file->empty() ? std::string(kDemoInstance) : read_input(*file));
@@ -63,19 +69,28 @@ Command add_demo(CLI::App& app) {
     for (Solver solver : all_solvers()) {
       SolveOptions options;
       options.solver = solver;
+      options.time_limit_seconds = *time_limit;
       try {
         results.push_back(solve(problem, options));
-      } catch (const PlannerMemoryError& e) {
-        std::cout << "(" << to_string(solver) << " skipped: " << e.what() << ")\n";
+      } catch (const ResourceLimitError& e) {  // over the planner-memory cap or the time limit
+        std::cout << "(" << to_string(solver)
+                  << " skipped: " << word_options(e.what(), OptionStyle::kCommandLine) << ")\n";
       }
     }
     std::cout << "instance: " << (file->empty() ? kDemoSource : *file) << "\n"
               << problem.size() << " candidate ops, budget " << instance.input.max_memory
               << " of normalized activation memory (" << problem.capacity << " quanta)\n\n";
     print_table(problem, results);
-    const KnapsackResult& best = results.front();
-    std::cout << "\nexact plan: save " << best.saved.size() << ", recompute "
-              << best.recomputed.size()
+    const auto exact = std::find_if(results.begin(), results.end(),
+                                    [](const KnapsackResult& r) { return r.solver == "exact"; });
+    if (exact == results.end()) {
+      std::cout << "\nno exact plan (the exact solver was skipped)\n";
+      return;
+    }
+    const KnapsackResult& best = *exact;
+    std::cout << "\n"
+              << (best.status == SolveStatus::kOptimal ? "exact" : "best") << " plan: save "
+              << best.saved.size() << ", recompute " << best.recomputed.size()
               << "\n  saved:      " << item_list(best.saved, instance.names)
               << "\n  recomputed: " << item_list(best.recomputed, instance.names) << "\n";
   };

@@ -307,6 +307,27 @@ def test_demo_on_a_file(run, tmp_path):
     assert "saved:      3, 4" in out
 
 
+def test_demo_time_limit_skips_table_solvers_that_cannot_meet_it(run, tmp_path):
+    _, instance, _ = run(
+        "generate",
+        "--family",
+        "paper_scale",
+        "--n",
+        "2000",
+        "--seed",
+        "1",
+        "--budget-quanta",
+        "1e8",
+    )
+    path = tmp_path / "hard.json"
+    path.write_text(instance)
+    code, out, err = run("demo", str(path), "--time-limit", "0.5")
+    assert code == 0, err
+    assert "(sliding_hirschberg skipped: " in out and "over the time limit of 0.5 s" in out
+    assert "{" not in out.split("instance:")[0]  # options worded for the command line
+    assert "exact plan: save" in out
+
+
 def test_table_solver_refuses_a_time_limit_it_cannot_meet(run):
     _, instance, _ = run(
         "generate",
