@@ -307,18 +307,14 @@ def test_demo_on_a_file(run, tmp_path):
     assert "saved:      3, 4" in out
 
 
+def _paper_scale_instance(run):
+    """An instance no table solver finishes quickly: n = 2000 and 10^8 budget quanta."""
+    args = ("--family", "paper_scale", "--n", "2000", "--seed", "1", "--budget-quanta", "1e8")
+    return run("generate", *args)[1]
+
+
 def test_demo_time_limit_skips_table_solvers_that_cannot_meet_it(run, tmp_path):
-    _, instance, _ = run(
-        "generate",
-        "--family",
-        "paper_scale",
-        "--n",
-        "2000",
-        "--seed",
-        "1",
-        "--budget-quanta",
-        "1e8",
-    )
+    instance = _paper_scale_instance(run)
     path = tmp_path / "hard.json"
     path.write_text(instance)
     code, out, err = run("demo", str(path), "--time-limit", "0.5")
@@ -329,17 +325,7 @@ def test_demo_time_limit_skips_table_solvers_that_cannot_meet_it(run, tmp_path):
 
 
 def test_table_solver_refuses_a_time_limit_it_cannot_meet(run):
-    _, instance, _ = run(
-        "generate",
-        "--family",
-        "paper_scale",
-        "--n",
-        "2000",
-        "--seed",
-        "1",
-        "--budget-quanta",
-        "1e8",
-    )
+    instance = _paper_scale_instance(run)
     code, out, err = run(
         "solve",
         "--solver",
