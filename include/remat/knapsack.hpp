@@ -40,7 +40,9 @@ std::size_t default_max_planner_bytes();
 std::size_t dp_planner_bytes(const KnapsackProblem& problem);
 std::size_t sliding_hirschberg_planner_bytes(const KnapsackProblem& problem);
 
-// A conservative rate for the table solvers' refusal: cells (items x quanta) per second.
+// A table solver refuses a time limit up front only when even this rate (cells, items x quanta,
+// per second; faster than any machine runs them) cannot meet it; otherwise it starts and stops
+// with WorkLimitError if the limit passes before its table is done (it has no plan until then).
 inline constexpr double kTableCellsPerSecond = 4e9;
 
 // Throws PlannerMemoryError (naming a solver that would fit) when a table solver cannot stay

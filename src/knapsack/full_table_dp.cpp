@@ -34,7 +34,8 @@ std::size_t full_table_bytes(const ReducedProblem& p) {
          (static_cast<std::size_t>(p.capacity) + 1) * sizeof(double);
 }
 
-ReducedSolution solve_full_table_dp(const ReducedProblem& p, PlannerMemory& memory) {
+ReducedSolution solve_full_table_dp(const ReducedProblem& p, PlannerMemory& memory,
+                                    std::optional<Clock::time_point> deadline) {
   memory.reserve(full_table_bytes(p));
   const std::size_t width = static_cast<std::size_t>(p.capacity) + 1;
   const std::size_t words = row_words(p.capacity);
@@ -43,6 +44,7 @@ ReducedSolution solve_full_table_dp(const ReducedProblem& p, PlannerMemory& memo
   for (std::size_t k = 0; k < p.size(); ++k) {
     const auto w = static_cast<std::size_t>(p.weight[k]);
     const double v = p.value[k];
+    stop_at_deadline(deadline, "dp");
     std::uint64_t* row = took.data() + k * words;
     for (std::size_t c = width; c-- > w;) {
       const double with_item = best[c - w] + v;

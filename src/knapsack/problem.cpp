@@ -81,6 +81,7 @@ KnapsackProblem quantize(const KnapsackInput& input) {
   problem.value.resize(n);
   problem.memory = input.memory;
   std::int64_t weight_sum = 0;
+  double runtime_sum = 0;  // of magnitudes: a plan's value must be a finite double
   for (std::size_t i = 0; i < n; ++i) {
     problem.weight[i] = quantize_one(input.memory[i], input.scale, "memory", i);
     if (problem.weight[i] > std::numeric_limits<std::int64_t>::max() - weight_sum) {
@@ -90,6 +91,17 @@ KnapsackProblem quantize(const KnapsackInput& input) {
     const double r = input.runtime[i];
     if (std::isnan(r)) throw InputError("runtime", i, "is NaN");
     if (std::isinf(r)) throw InputError("runtime", i, "is infinite");
+    // Subnormal values lose precision in the solvers' sums and comparisons (the exact solver
+    // then claimed a worse plan optimal); no runtime measured in any unit is that small.
+    if (r != 0 && std::fabs(r) < std::numeric_limits<double>::min()) {
+      throw InputError("runtime", i,
+                       "is subnormal (" + number_text(r) + "); scale runtimes to a larger unit");
+    }
+    runtime_sum += std::fabs(r);
+    if (std::isinf(runtime_sum)) {
+      throw InputError("runtime", i,
+                       "the sum of runtimes overflows a double; scale runtimes to a smaller unit");
+    }
     problem.value[i] = r;
   }
   return problem;

@@ -77,4 +77,13 @@ double lp_upper_bound(const ReducedProblem& p) {
   return bound;
 }
 
+void stop_at_deadline(std::optional<Clock::time_point> deadline, const char* solver) {
+  if (deadline && Clock::now() >= *deadline) {
+    throw WorkLimitError(std::string(solver) +
+                         " passed the time limit before its table was done (a table solver has "
+                         "no plan until then); use {solver=exact}, which returns its best plan "
+                         "by the limit");
+  }
+}
+
 }  // namespace remat::detail

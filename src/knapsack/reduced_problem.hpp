@@ -277,8 +277,13 @@ struct ExactTuning {
 ReducedSolution solve_exact(const ReducedProblem& p, PlannerMemory& memory,
                             std::optional<Clock::time_point> deadline,
                             const ExactTuning& tuning = {});
-ReducedSolution solve_sliding_hirschberg(const ReducedProblem& p, PlannerMemory& memory);
-ReducedSolution solve_full_table_dp(const ReducedProblem& p, PlannerMemory& memory);
+// The table solvers check `deadline` once an item row and throw WorkLimitError past it.
+ReducedSolution solve_sliding_hirschberg(const ReducedProblem& p, PlannerMemory& memory,
+                                         std::optional<Clock::time_point> deadline);
+ReducedSolution solve_full_table_dp(const ReducedProblem& p, PlannerMemory& memory,
+                                    std::optional<Clock::time_point> deadline);
+// Throws WorkLimitError, naming `solver`, when `deadline` has passed.
+void stop_at_deadline(std::optional<Clock::time_point> deadline, const char* solver);
 ReducedSolution solve_greedy(const ReducedProblem& p, PlannerMemory& memory);
 
 // Working memory of the table solvers on this problem, computed before they allocate.

@@ -50,10 +50,11 @@ void add_item(double* row, std::size_t cap, std::size_t w, double v) {
   }
 }
 
-void fill_row(const ReducedProblem& p, std::size_t lo, std::size_t hi, std::size_t cap,
-              double* row) {
+void fill_row(const ReducedProblem& p, std::size_t lo, std::size_t hi, std::size_t cap, double* row,
+              std::optional<Clock::time_point> deadline) {
   std::fill(row, row + cap + 1, 0.0);
   for (std::size_t k = lo; k < hi; ++k) {
+    stop_at_deadline(deadline, "sliding_hirschberg");
     const auto w = static_cast<std::size_t>(p.weight[k]);
     if (w <= cap) add_item(row, cap, w, p.value[k]);
   }
@@ -66,8 +67,9 @@ struct Segment {
 
 class SlidingHirschberg {
  public:
-  explicit SlidingHirschberg(const ReducedProblem& p)
+  SlidingHirschberg(const ReducedProblem& p, std::optional<Clock::time_point> deadline)
       : p_(p),
+        deadline_(deadline),
         prefix_weight_(p.size() + 1, 0),
         earlier_(static_cast<std::size_t>(p.capacity) + 1),
         later_(static_cast<std::size_t>(p.capacity) + 1) {
@@ -136,8 +138,8 @@ class SlidingHirschberg {
         static_cast<std::size_t>(std::min(c, prefix_weight_[mid] - prefix_weight_[first]));
     const auto cap_later =
         static_cast<std::size_t>(std::min(c, prefix_weight_[last] - prefix_weight_[mid]));
-    fill_row(p_, first, mid, cap_earlier, earlier_.data());
-    fill_row(p_, mid, last, cap_later, later_.data());
+    fill_row(p_, first, mid, cap_earlier, earlier_.data(), deadline_);
+    fill_row(p_, mid, last, cap_later, later_.data(), deadline_);
     const auto cap = static_cast<std::size_t>(c);
     std::size_t best_b = 0;
     double best_value = -1;
@@ -152,6 +154,7 @@ class SlidingHirschberg {
   }
 
   const ReducedProblem& p_;
+  std::optional<Clock::time_point> deadline_;
   std::vector<std::int64_t> prefix_weight_;
   std::vector<double> earlier_, later_;
   std::vector<std::int64_t> spine_;  // splits of the segments [lo, n), in the order they are made
@@ -166,9 +169,10 @@ std::size_t sliding_hirschberg_bytes(const ReducedProblem& p) {
          64 * (sizeof(Segment) + sizeof(std::int64_t));
 }
 
-ReducedSolution solve_sliding_hirschberg(const ReducedProblem& p, PlannerMemory& memory) {
+ReducedSolution solve_sliding_hirschberg(const ReducedProblem& p, PlannerMemory& memory,
+                                         std::optional<Clock::time_point> deadline) {
   memory.reserve(sliding_hirschberg_bytes(p));
-  SlidingHirschberg solver(p);
+  SlidingHirschberg solver(p, deadline);
   ReducedSolution solution;
   if (solver.run(/*widen=*/true, solution.take) <= p.capacity) return solution;
   solver.run(/*widen=*/false, solution.take);

@@ -155,6 +155,16 @@ BAD_INPUTS = [
     ('{"memory": [1e300], "runtime": [1], "max_memory": 1}', "memory[0]: 1e+300 times scale"),
     ('{"memory": [1e308, 1e308], "runtime": [1, 1], "max_memory": 1}', "memory[0]"),
     ('{"memory": [1], "runtime": [1e999], "max_memory": 1}', "input: malformed JSON"),
+    # A subnormal runtime made exact claim a worse plan optimal; runtimes whose sum overflows
+    # printed null as the plan's value.
+    (
+        '{"memory": [1, 2], "runtime": [5e-324, 1e-320], "max_memory": 2}',
+        "runtime[0]: is subnormal",
+    ),
+    (
+        '{"memory": [1, 1, 1], "runtime": [1e308, 1e308, 1e308], "max_memory": 2}',
+        "runtime[1]: the sum of runtimes overflows",
+    ),
     # nlohmann kept the last of two equal keys, so an edited file was half read.
     (
         '{"memory": [1], "runtime": [1], "max_memory": 9, "max_memory": 0}',

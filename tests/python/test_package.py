@@ -8,6 +8,7 @@ import pathlib
 import re
 import subprocess
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -103,6 +104,28 @@ def test_work_limit_refusal_names_python_arguments():
         remat.solve(memory, memory, 1e4, solver="dp", time_limit=1e-3, max_planner_bytes=1 << 40)
     assert isinstance(caught.value, remat.WorkLimitError)
     assert str(caught.value).endswith('; use solver="exact"') and "--" not in str(caught.value)
+
+
+def test_a_table_solver_stops_at_a_time_limit_its_estimate_accepted():
+    # The up-front estimate (4e9 cells a second) accepts 0.05 s for 1e8 cells; dp fills them
+    # far slower, and ran on for seconds past the limit. (sliding_hirschberg checks the same way.)
+    rng = np.random.default_rng(5)
+    memory = rng.uniform(0.001, 0.1, 1000)
+    start = time.perf_counter()
+    with pytest.raises(remat.WorkLimitError, match="passed the time limit"):
+        remat.solve(memory, memory, 10.0, solver="dp", time_limit=0.05)
+    assert time.perf_counter() - start < 0.05 + 0.05  # within 50 ms, plus converting the lists
+
+
+def test_a_time_limit_past_what_the_clock_holds_is_no_limit():
+    # Converted to a deadline it overflowed into the past: the search stopped at once.
+    rng = np.random.default_rng(6)
+    memory = rng.uniform(0.001, 1, 2000)
+    runtime = memory * rng.uniform(0.9, 1.1, 2000)
+    expected = remat.solve(memory, runtime, 300.0)
+    for limit in (1e10, 1e300, float("inf")):
+        got = remat.solve(memory, runtime, 300.0, time_limit=limit)
+        assert got.status == expected.status and got.max_runtime == expected.max_runtime, limit
 
 
 def test_one_version_everywhere():
