@@ -152,6 +152,11 @@ struct ProfilePlan {
 ProfilePlan plan_profile(const ChainProfile& profile, std::int64_t budget_bytes, std::int64_t slots,
                          std::size_t max_planner_bytes, const ActionSink& also = nullptr);
 
+// The least budget in bytes any schedule of `profile` needs: a_0, held all along, with the
+// largest output but the chain's own (the last backward starts from it). Rounding to units may
+// need more.
+std::int64_t least_profile_budget(const ChainProfile& profile);
+
 // Runs a strategy through the simulator. `parameter` is the segment length for kEvery and the
 // memory for kOptimal; ignored otherwise.
 Simulation simulate(std::int64_t layers, Strategy strategy, std::int64_t parameter,

@@ -473,6 +473,13 @@ class BandProgram {
 
 }  // namespace
 
+std::int64_t least_profile_budget(const ChainProfile& profile) {
+  const auto& a = profile.activation_bytes;
+  std::int64_t outputs = 0;
+  for (std::size_t i = 1; i + 1 < a.size(); ++i) outputs = std::max(outputs, a[i]);
+  return a.front() + outputs;
+}
+
 ProfilePlan plan_profile(const ChainProfile& profile, std::int64_t budget_bytes, std::int64_t slots,
                          std::size_t max_planner_bytes, const ActionSink& also) {
   profile.validate();
@@ -510,13 +517,10 @@ ProfilePlan plan_profile(const ChainProfile& profile, std::int64_t budget_bytes,
   if (!(program.best() < kInf)) {
     // F(0, m) only falls as m grows, so nothing fits in fewer units either.
     std::string detail = "no schedule fits in " + text::integer(budget_bytes) + " bytes";
-    std::int64_t largest = 0;
-    for (std::size_t i = 1; i < profile.activation_bytes.size(); ++i) {
-      largest = std::max(largest, profile.activation_bytes[i - 1] + profile.activation_bytes[i]);
-    }
+    const std::int64_t largest = least_profile_budget(profile);
     if (largest > budget_bytes) {
       detail += "; every schedule needs at least " + text::integer(largest) +
-                " bytes (an input and an output of one layer held together)";
+                " bytes (the input, held all along, with the largest output before the last)";
     } else if (!program.exact()) {
       detail += " with sizes rounded up to units of " + text::integer(program.unit()) +
                 " bytes (the budget holds " + text::integer(program.capacity()) +

@@ -229,13 +229,10 @@ ProfilePlan plan_profile_reference(const ChainProfile& profile, std::int64_t bud
   if (!(program.best() < kInf)) {
     // F(0, m) only falls as m grows, so nothing fits in fewer units either.
     std::string detail = "no schedule fits in " + text::integer(budget_bytes) + " bytes";
-    std::int64_t largest = 0;
-    for (std::size_t i = 1; i < profile.activation_bytes.size(); ++i) {
-      largest = std::max(largest, profile.activation_bytes[i - 1] + profile.activation_bytes[i]);
-    }
+    const std::int64_t largest = least_profile_budget(profile);
     if (largest > budget_bytes) {
       detail += "; every schedule needs at least " + text::integer(largest) +
-                " bytes (an input and an output of one layer held together)";
+                " bytes (the input, held all along, with the largest output before the last)";
     } else if (!program.exact()) {
       detail += " with sizes rounded up to units of " + text::integer(program.unit()) +
                 " bytes (the budget holds " + text::integer(program.capacity()) +

@@ -209,6 +209,27 @@ def test_unit_profile_matches_the_unit_model(run, tmp_path):
         assert with_profile["recompute_time"] == unit["recompute"]
 
 
+@pytest.mark.parametrize(
+    "outputs,input_bytes,least",
+    [
+        ([100], None, 100),  # one layer: said 200 (input and output added), and 100 plans
+        ([39, 49, 50, 1], None, 89),  # the input (39) with the largest output before the last
+        ([2, 34, 15, 49, 29, 32], 20, 69),
+    ],
+)
+def test_the_least_budget_stated_is_the_least_that_plans(
+    run, tmp_path, outputs, input_bytes, least
+):
+    data = {"layers": [{"activation_bytes": b, "forward_time": 1.0} for b in outputs]}
+    if input_bytes is not None:
+        data["input_bytes"] = input_bytes
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(data))
+    code, _, err = run("chain", "--profile", str(path), "--budget", str(least - 1))
+    assert code == 2 and f"every schedule needs at least {least} bytes" in err, err
+    chain(run, "--profile", str(path), "--budget", str(least), "--slots", str(least))
+
+
 def test_input_bytes_defaults_to_the_first_layer(run, tmp_path):
     data = {
         "layers": [
