@@ -8,13 +8,18 @@ stays exact; the first step must not hold more than the budget (RSS, in a subpro
 from __future__ import annotations
 
 import copy
+import dataclasses
+import gc
 import math
 import os
+import random
 import subprocess
 import sys
 import textwrap
 import warnings
+import weakref
 
+import numpy
 import pytest
 import torch
 import torch.nn.functional as F
@@ -245,6 +250,107 @@ def _ema_chain():
     return nn.Sequential(*(EMABlock(32) for _ in range(6)))
 
 
+@dataclasses.dataclass(frozen=True)
+class Rotary:
+    """Hashable, and its == compares the tensors elementwise (an ambiguous bool)."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+
+
+class AttentionBias:
+    """An object of the model's own, rebuilt every step (as FlexAttention's BlockMask)."""
+
+    def __init__(self, bias: torch.Tensor, kind: str) -> None:
+        self.bias, self.kind = bias, kind
+
+
+class ObjectBlock(nn.Module):
+    def __init__(self, width=32):
+        super().__init__()
+        self.mlp = MLPBlock(width)
+
+    def forward(self, x, rotary, bias, step):
+        h = x * rotary.cos + x.flip(-1) * rotary.sin + bias.bias
+        return x + self.mlp(h) * (1 + 1 / (10 + step))
+
+
+class ObjectsEveryStep(nn.Module):
+    """Passes its blocks objects built anew each step (a frozen dataclass of tensors, an object of
+    its own) and a Python int that changes every step (a diffusion timestep)."""
+
+    def __init__(self, depth=4, width=32):
+        super().__init__()
+        self.layers = nn.ModuleList(ObjectBlock(width) for _ in range(depth))
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        t = torch.arange(x.shape[-1], dtype=x.dtype)
+        rotary, bias = Rotary(t.cos(), t.sin()), AttentionBias(t / 10, "causal")
+        for layer in self.layers:
+            x = layer(x, rotary, bias, self.calls)
+        return x
+
+
+class NoisyBlock(nn.Module):
+    """Draws noise from a generator of its own, and from one its caller passes (a re-run must
+    draw the same numbers; torch's checkpoint preserves only the default generators)."""
+
+    def __init__(self, width=32):
+        super().__init__()
+        self.up = nn.Linear(width, 2 * width)
+        self.down = nn.Linear(2 * width, width)
+        self.gen = torch.Generator().manual_seed(5)
+
+    def forward(self, x, generator=None):
+        x = x + 0.1 * torch.randn(x.shape, generator=self.gen)
+        h = torch.tanh(self.up(x))
+        if generator is not None:
+            h = h * (torch.rand(h.shape, generator=generator) > 0.2)
+        return self.down(h)
+
+
+class NoisyModel(nn.Module):
+    def __init__(self, depth=4, width=32):
+        super().__init__()
+        self.layers = nn.ModuleList(NoisyBlock(width) for _ in range(depth))
+        self.masks = torch.Generator().manual_seed(7)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = x + layer(x, generator=self.masks)
+        return x
+
+
+class HostRandomBlock(nn.Module):
+    """Scales its branch by a draw of Python's and NumPy's global generators (stochastic-depth
+    code often uses them): a re-run must draw the same scale."""
+
+    def __init__(self, width=32):
+        super().__init__()
+        self.mlp = MLPBlock(width)
+
+    def forward(self, x):
+        # tanh saves its output, so a re-run that drew another scale would change the gradient.
+        return x + torch.tanh(self.mlp(x) * (0.5 + random.random() + float(numpy.random.rand())))
+
+
+class HostRandomModel(nn.Module):
+    def __init__(self, depth=4, width=32):
+        super().__init__()
+        self.layers = nn.ModuleList(HostRandomBlock(width) for _ in range(depth))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def _noisy_chain():
+    return nn.Sequential(*(NoisyBlock(32) for _ in range(6)))
+
+
 def _tokens():
     return (torch.arange(4 * 16).reshape(4, 16) * 7) % 50
 
@@ -259,6 +365,10 @@ SHAPES = {
     "batchnorm": (BatchNormNet, lambda: (torch.randn(4, 3, 12, 12),), {}),
     "buffers_changed_in_forward": (EMAModel, lambda: (torch.randn(16, 32),), {}),
     "buffers_changed_in_forward_chain": (_ema_chain, lambda: (torch.randn(16, 32),), {}),
+    "objects_every_step": (ObjectsEveryStep, lambda: (torch.randn(16, 32),), {}),
+    "own_generators": (NoisyModel, lambda: (torch.randn(16, 32),), {}),
+    "own_generators_chain": (_noisy_chain, lambda: (torch.randn(16, 32),), {}),
+    "python_and_numpy_random": (HostRandomModel, lambda: (torch.randn(16, 32),), {}),
 }
 
 
@@ -272,6 +382,8 @@ def train(model, args, kwargs, steps=3):
     record = []
     for step in range(steps):
         torch.manual_seed(100 + step)
+        random.seed(100 + step)
+        numpy.random.seed(100 + step)
         out = model(*args, **kwargs)
         loss_of(out).backward()
         record.append((out.detach().clone(), [p.grad.clone() for p in model.parameters()]))
@@ -315,6 +427,13 @@ def test_outputs_and_gradients_equal_the_unwrapped_model(shape):
     # BatchNorm, EMAs, counters: a re-run is not another step.
     for (name, a), (_, b) in zip(model.named_buffers(), plain.named_buffers()):
         assert torch.equal(a, b), name
+    # Nor does measuring or a re-run move the model's own generators.
+    for a, b in zip(_generators(model), _generators(plain)):
+        assert torch.equal(a.get_state(), b.get_state())
+
+
+def _generators(model):
+    return [v for m in model.modules() for v in vars(m).values() if isinstance(v, torch.Generator)]
 
 
 # Models whose code between blocks saves nothing (a residual add): what the meter counts is then
@@ -339,6 +458,68 @@ def test_measured_saved_bytes_within_prediction_and_budget(shape):
         # The model's input is held all step, whether or not anything saves it.
         assert meter.peak_bytes <= handle.plan.predicted_peak_bytes <= budget, handle.plan
         handle.remove()
+
+
+class TakesObjects(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(MLPBlock(32) for _ in range(3))
+
+    def forward(self, x, bias, timestep):
+        for layer in self.layers:
+            x = x + layer(x + bias.bias) * timestep
+        return x
+
+
+def test_objects_and_numbers_that_change_every_step_make_one_plan_and_are_not_kept():
+    # They were matched by identity (or value): every step measured and planned again, or ran
+    # off the plan, and the plans kept each step's object, and its tensors, alive.
+    model = TakesObjects()
+    handle = rt.auto_checkpoint(model, memory_budget="1GiB")
+    x = torch.randn(8, 32)
+    alive = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for step in range(4):
+            bias = AttentionBias(torch.randn(32), "causal")
+            alive.append(weakref.ref(bias.bias))
+            model(x, bias, step + 1).sum().backward()
+            del bias
+    gc.collect()
+    assert len(handle.plans) == 1
+    assert not any(ref() is not None for ref in alive[:-1])
+
+
+class ScalesItsInput(nn.Module):
+    def __init__(self, width=32):
+        super().__init__()
+        self.mlp = MLPBlock(width)
+
+    def forward(self, x, mask):
+        mask.mul_(0.5)  # legal without checkpointing: nothing saved either tensor
+        x.mul_(0.5)
+        return self.mlp(x * mask)
+
+
+@pytest.mark.parametrize("granularity", ["op", "block"])
+def test_a_block_that_changes_its_input_in_place_is_named(granularity):
+    # Measuring gave autograd's "a leaf Variable that requires grad is being used in an
+    # in-place operation", naming nothing (and a region cannot re-run such a block).
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList(ScalesItsInput() for _ in range(2))
+
+        def forward(self, x):
+            x = x * 1.0
+            for layer in self.layers:
+                x = layer(x, torch.ones(32))
+            return x
+
+    model = Model()
+    rt.auto_checkpoint(model, memory_budget="1GiB", granularity=granularity)
+    with pytest.raises(ValueError, match="ScalesItsInput changes an input in place"):
+        model(torch.randn(4, 32)).sum().backward()
 
 
 def test_discovery_picks_the_repeated_blocks_not_an_inner_mlp():

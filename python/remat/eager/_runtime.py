@@ -4,6 +4,8 @@ otherwise change."""
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import functools
 import time
 import types
@@ -53,22 +55,44 @@ def _detached(value: Any) -> Any:
     return value
 
 
-def _signature(value: Any) -> Any:
+# Values a signature holds as they are: flags and names, with few distinct values, whose
+# comparison runs no user code.
+_AS_VALUES = (type(None), bool, str, bytes, torch.dtype, torch.device, torch.layout, enum.Enum)
+_OBJECT_DEPTH = 4  # how deep a signature looks into an object's fields
+
+
+def _signature(value: Any, depth: int = 0) -> Any:
     """Shapes, dtypes, devices and requires_grad of a value's tensors, in its structure: what a
-    plan made for one input holds for."""
+    plan made for one input holds for.
+
+    It holds no reference to the value's objects and never calls their __eq__ or __hash__ (a
+    frozen dataclass of tensors compares them elementwise). Python numbers count by their type
+    only: a timestep or a loss weight that changes every step makes no new plan (a number that
+    changes what a block saves, as a length, is then not seen; pass it as a tensor's shape).
+    Another object (a dataclass, an attention mask object rebuilt every step) counts by its type
+    and, field by field, what it holds."""
     if isinstance(value, torch.Tensor):
         return ("tensor", tuple(value.shape), value.dtype, str(value.device), value.requires_grad)
     if isinstance(value, (list, tuple)):
-        return (type(value).__name__,) + tuple(_signature(v) for v in value)
+        return (type(value).__name__,) + tuple(_signature(v, depth) for v in value)
     if isinstance(value, dict):
         # Keys of mixed types do not sort by themselves.
         items = sorted(value.items(), key=lambda item: (type(item[0]).__name__, repr(item[0])))
-        return ("dict",) + tuple((k, _signature(v)) for k, v in items)
-    try:
-        hash(value)
-        return ("value", value)
-    except TypeError:
-        return ("object", id(value))
+        return ("dict",) + tuple((_signature(k, depth), _signature(v, depth)) for k, v in items)
+    if isinstance(value, _AS_VALUES):
+        return ("value", type(value).__qualname__, value)
+    if isinstance(value, (int, float, complex)):
+        return ("number", type(value).__qualname__)
+    kind = type(value).__module__ + "." + type(value).__qualname__
+    if isinstance(value, nn.Module) or callable(value) or depth >= _OBJECT_DEPTH:
+        return ("object", kind)
+    fields = getattr(value, "__dict__", None)
+    if dataclasses.is_dataclass(value):
+        fields = {f.name: getattr(value, f.name, None) for f in dataclasses.fields(value)}
+    if not isinstance(fields, dict):
+        return ("object", kind)
+    items = sorted(fields.items(), key=lambda item: str(item[0]))
+    return ("object", kind) + tuple((str(k), _signature(v, depth + 1)) for k, v in items)
 
 
 def _autocast_state() -> tuple[Any, ...]:
@@ -129,18 +153,22 @@ def _buffer_entries(owners: Iterable[nn.Module]) -> list[tuple[nn.Module, str, t
 
 
 class _PreservedState:
-    """Profiling runs layers several times: it must not advance the RNG (dropout) or move
-    BatchNorm's running statistics, or training would differ from a run without remat."""
+    """Profiling runs layers several times: it must not advance the RNG (dropout, and the
+    model's own generators: see generators.py) or move BatchNorm's running statistics, or
+    training would differ from a run without remat."""
 
     def __init__(self, modules: Iterable[nn.Module], devices: set[torch.device]) -> None:
         self._owners = _submodules(modules)
         self._cuda = sorted({d.index or 0 for d in devices if d.type == "cuda"})
 
     def __enter__(self) -> None:
+        from .generators import GeneratorStates
+
         self._entries = _buffer_entries(self._owners)
         self._saved_buffers = [b.detach().clone() for _, _, b in self._entries]
         self._rng = torch.random.get_rng_state()
         self._cuda_rng = [torch.cuda.get_rng_state(d) for d in self._cuda]
+        self._generators = GeneratorStates(self._owners).__enter__()  # the model's own ones
 
     def __exit__(self, *exc: Any) -> None:
         for m, name, b in self._entries:
@@ -149,6 +177,7 @@ class _PreservedState:
         torch.random.set_rng_state(self._rng)
         for device, state in zip(self._cuda, self._cuda_rng):
             torch.cuda.set_rng_state(state, device)
+        self._generators.__exit__(*exc)
 
 
 def _modules_of(function: Any) -> list[nn.Module]:

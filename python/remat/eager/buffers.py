@@ -1,5 +1,5 @@
 """Module buffers a forward changes (BatchNorm's running statistics, an EMA, a step counter),
-kept right under checkpointing.
+kept right under checkpointing (and, through generators.py, the model's own generators).
 
 torch.utils.checkpoint re-runs a region's forward in backward. Alone, that applies a buffer's
 update a second time, and from the already updated value: the state drifts from a run without
@@ -26,6 +26,7 @@ from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 
 from ._runtime import _buffer_entries, _submodules
+from .generators import GeneratorReplay
 
 
 class BufferLedger:
@@ -66,6 +67,7 @@ class BufferReplay:
         self, modules: Sequence[nn.Module], describe: str, ledger: BufferLedger = LEDGER
     ) -> None:
         self._modules = _submodules(modules)
+        self._generators = GeneratorReplay(self._modules)
         self._describe = describe
         self._ledger = ledger
         self._forwarded = False
@@ -73,6 +75,10 @@ class BufferReplay:
         self._before: dict[tuple[nn.Module, str], torch.Tensor | None] = {}
 
     def run(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        # The model's own and the host's generators, replayed the same way.
+        return self._generators.run(self._run, function, *args, **kwargs)
+
+    def _run(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if not self._forwarded:
             self._forwarded = True
             return self._forward(function, args, kwargs)

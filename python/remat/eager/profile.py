@@ -25,6 +25,7 @@ from ._runtime import (
     _tensors,
     clock,
 )
+from .generators import GeneratorWatch
 
 
 @dataclass(frozen=True)
@@ -177,6 +178,15 @@ class CallMeasurement:
     output: Any  # the outputs, detached
 
 
+def _changes_its_input(function: Callable[..., Any]) -> ValueError:
+    return ValueError(
+        f"remat: {_name(function)} changes an input in place (as x.mul_(0.5) or x += ...): a "
+        "checkpoint region re-runs a layer from its inputs as they were, so it cannot hold this "
+        "layer, and measuring (which runs it more than once) would change the input again. "
+        "Write the change out of place (x = x * 0.5), or leave this layer out of the blocks"
+    )
+
+
 def measure_call(
     function: Callable[..., Any],
     args: tuple[Any, ...],
@@ -188,6 +198,7 @@ def measure_call(
     storages autograd saves (timed too), then `repeats` more times, timed. The forward time is
     the least of the runs. Holds one call's activations at a time."""
     args, kwargs = _detached(args), _detached(kwargs)
+    versions = [(t, t._version) for t in _tensors((args, kwargs))]
 
     def activations(value: Any) -> frozenset[tuple[str, int, int]]:
         keys, _ = _storage_bytes([t for t in _tensors(value) if not is_persistent(t, excluded)])
@@ -197,8 +208,21 @@ def measure_call(
     now = clock()
     _synchronize((args, kwargs))
     start = now()
-    with torch.enable_grad(), SaveRecorder(excluded) as saved:
-        out = function(*args, **kwargs)
+    # The first run also learns which generators of the model's own the call draws from (the
+    # watch's per-op cost is left out of the time: the least of the runs counts).
+    try:
+        with (
+            torch.enable_grad(),
+            SaveRecorder(excluded) as saved,
+            GeneratorWatch(_modules_of(function)),
+        ):
+            out = function(*args, **kwargs)
+    except RuntimeError as error:  # measured inputs are leaves: autograd refuses in-place ops
+        if "leaf Variable that requires grad" in str(error):
+            raise _changes_its_input(function) from error
+        raise
+    if any(t._version != v for t, v in versions):
+        raise _changes_its_input(function)
     _synchronize(out)
     seconds.append(now() - start)
     input_keys, output_keys = activations((args, kwargs)), activations(out)
@@ -287,11 +311,12 @@ def profile_layers(
         _, input_bytes = _storage_bytes(input)
         h = input
         for index, function in enumerate(functions):
+            # First: it names a layer that changes its input in place.
+            call = measure_call(function, (h,), {}, excluded, repeats)
             if granularity == "op":
                 from .selective import profile_ops
 
                 op_profiles.append(profile_ops(function, (h,), {}, excluded, repeats))
-            call = measure_call(function, (h,), {}, excluded, repeats)
             in_keys, _ = _storage_bytes(h)
             out_keys, out_bytes = _storage_bytes(call.output)
             layers.append(

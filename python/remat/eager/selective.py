@@ -34,9 +34,10 @@ from __future__ import annotations
 import statistics
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
+from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import (
     SAC_IGNORED_OPS,
@@ -46,7 +47,8 @@ from torch.utils.checkpoint import (
 
 from .. import _solve
 from ..saved_memory import is_traced, sac_storage, storage_key
-from ._runtime import _detached, _synchronize, _tensors, clock
+from ._runtime import _detached, _modules_of, _synchronize, _tensors, clock
+from .generators import note_draws
 from .profile import SaveRecorder
 
 Key = tuple[str, int, int]
@@ -94,9 +96,10 @@ class MenuEntry:
 class _OpRecorder(TorchDispatchMode):
     """Times every op and notes which storages it creates and which it writes to."""
 
-    def __init__(self, device_sync: bool) -> None:
+    def __init__(self, device_sync: bool, modules: Sequence[nn.Module] = ()) -> None:
         super().__init__()
         self.device_sync = device_sync
+        self.modules = modules  # whose calls these ops are: the generators they draw from
         self.now = clock()
         self.names: list[str] = []
         self.seconds: list[float] = []
@@ -113,6 +116,7 @@ class _OpRecorder(TorchDispatchMode):
         kwargs = kwargs or {}
         if func in SAC_IGNORED_OPS:
             return func(*args, **kwargs)
+        note_draws(self.modules, args, kwargs)
         inputs = {storage_key(t) for t in _tensors((args, kwargs))}
         if self.device_sync:
             torch.cuda.synchronize()
@@ -155,7 +159,7 @@ def _draws_random(func: Any, args: tuple, kwargs: dict) -> bool:
 
 
 def _record(function: Callable[..., Any], args: tuple, kwargs: dict, excluded: set[Key]):
-    recorder = _OpRecorder(any(t.is_cuda for t in _tensors((args, kwargs))))
+    recorder = _OpRecorder(any(t.is_cuda for t in _tensors((args, kwargs))), _modules_of(function))
 
     def on_save() -> None:
         # Every save counts for the early stop, parameters' too.
