@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -91,8 +92,18 @@ class ParetoFront:
     scale: float
 
     def value_at(self, budget: float) -> float:
-        """Best saved runtime within ``budget`` (memory units)."""
+        """Best saved runtime within ``budget`` (memory units), which must lie between 0 and the
+        instance's max_memory: past it the front was not computed, and its last value would
+        understate what a larger budget saves."""
+        budget = number(budget, "budget")
+        if not math.isfinite(budget) or budget < 0:
+            raise ValueError(f"budget: must be a finite number >= 0, got {budget}")
         quanta = round(budget * self.scale)
+        if quanta > round(self.max_memory * self.scale):
+            raise ValueError(
+                f"budget: {budget} is above the front's max_memory {self.max_memory}; "
+                "compute the front with a larger max_memory"
+            )
         index = int(np.searchsorted(self.budget_quanta, quanta, side="right")) - 1
         return float(self.max_runtime[index]) if index >= 0 else 0.0
 

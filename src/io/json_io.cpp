@@ -127,20 +127,23 @@ Instance read_instance(std::string_view text) {
 
 namespace {
 
-// A whole number >= 0 that an int64 holds; `unit` names what it counts in the error ("of bytes
-// ", or "" for a plain count).
+// A whole number >= 0 that an int64 holds. `key` names it inside the object at field[index]
+// ("" for a field of its own); `unit` says what it counts ("of bytes ", or "").
 std::int64_t whole_count(const json& value, const std::string& field,
-                         std::optional<std::size_t> index, const std::string& unit) {
+                         std::optional<std::size_t> index, const std::string& key,
+                         const std::string& unit) {
   const double x = number_at(value, field, index);
-  if (!std::isfinite(x) || x < 0 || x != std::floor(x) || x >= 9.2e18) {
-    throw InputError(field, index, "must be a whole number " + unit + ">= 0");
+  const std::string what = key.empty() ? "" : key + " ";
+  if (!std::isfinite(x) || x < 0 || x != std::floor(x)) {
+    throw InputError(field, index, what + "must be a whole number " + unit + ">= 0");
   }
+  if (x >= 9.2e18) throw InputError(field, index, what + "is too large (at most 9.2e18)");
   return static_cast<std::int64_t>(x);
 }
 
 std::int64_t byte_count(const json& value, const std::string& field,
-                        std::optional<std::size_t> index) {
-  return whole_count(value, field, index, "of bytes ");
+                        std::optional<std::size_t> index, const std::string& key = "") {
+  return whole_count(value, field, index, key, "of bytes ");
 }
 
 // The document's object and its non-empty "layers" array, shared by both profile formats.
@@ -199,7 +202,7 @@ chain::ChainProfile read_profile(std::string_view text) {
     if (bytes == layer.end()) throw InputError("layers", i, "activation_bytes is missing");
     const auto time = layer.find("forward_time");
     if (time == layer.end()) throw InputError("layers", i, "forward_time is missing");
-    profile.activation_bytes.push_back(byte_count(*bytes, "layers", i));
+    profile.activation_bytes.push_back(byte_count(*bytes, "layers", i, "activation_bytes"));
     const double t = number_at(*time, "layers", i);
     if (!std::isfinite(t) || t < 0)
       throw InputError("layers", i, "forward_time must be finite and >= 0");
@@ -237,7 +240,7 @@ eager::Profile read_eager_profile(std::string_view text) {
   const auto max_region_layers = root.find("max_region_layers");
   if (max_region_layers != root.end()) {
     profile.max_region_layers =
-        whole_count(*max_region_layers, "max_region_layers", std::nullopt, "");
+        whole_count(*max_region_layers, "max_region_layers", std::nullopt, "", "");
   }
   for (std::size_t i = 0; i < layers->size(); ++i) {
     const json& layer = (*layers)[i];
@@ -249,8 +252,8 @@ eager::Profile read_eager_profile(std::string_view text) {
       return *it;
     };
     eager::Layer parsed;
-    parsed.saved_bytes = byte_count(field("saved_bytes"), "layers", i);
-    parsed.output_bytes = byte_count(field("output_bytes"), "layers", i);
+    parsed.saved_bytes = byte_count(field("saved_bytes"), "layers", i, "saved_bytes");
+    parsed.output_bytes = byte_count(field("output_bytes"), "layers", i, "output_bytes");
     parsed.forward_time = number_at(field("forward_time"), "layers", i);
     const auto saves_output = layer.find("saves_output");
     if (saves_output != layer.end()) {
@@ -271,7 +274,7 @@ eager::Profile read_eager_profile(std::string_view text) {
           throw InputError("options", i,
                            "each option is an object with held_bytes and recompute_time");
         }
-        parsed.options.push_back({byte_count(option["held_bytes"], "options", i),
+        parsed.options.push_back({byte_count(option["held_bytes"], "options", i, "held_bytes"),
                                   number_at(option["recompute_time"], "options", i)});
       }
     }

@@ -259,12 +259,18 @@ def test_input_bytes_defaults_to_the_first_layer(run, tmp_path):
         (
             {"layers": [{"activation_bytes": -1, "forward_time": 1}]},
             ["--budget", "10"],
-            "layers[0]: must be a whole number of bytes",
+            "layers[0]: activation_bytes must be a whole number of bytes",
         ),
         (
             {"layers": [{"activation_bytes": 1.5, "forward_time": 1}]},
             ["--budget", "10"],
-            "layers[0]: must be a whole number of bytes",
+            "layers[0]: activation_bytes must be a whole number of bytes",
+        ),
+        # A whole number, only too large: it said "must be a whole number".
+        (
+            {"layers": [{"activation_bytes": 1e30, "forward_time": 1}]},
+            ["--budget", "10"],
+            "layers[0]: activation_bytes is too large (at most 9.2e18)",
         ),
         (
             {"layers": [{"activation_bytes": 1, "forward_time": -2}]},

@@ -55,7 +55,7 @@ def test_budget_below_the_minimum_states_it(run):
     [
         (
             lambda p: p["layers"][3].update(saved_bytes=-1),
-            "layers[3]: must be a whole number of bytes",
+            "layers[3]: saved_bytes must be a whole number of bytes",
         ),
         (lambda p: p["layers"][2].pop("output_bytes"), "layers[2]: output_bytes is missing"),
         (

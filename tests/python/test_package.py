@@ -211,6 +211,23 @@ def test_pareto_matches_solve_at_every_breakpoint():
     assert front.value_at(INSTANCE["max_memory"]) == 5.0
 
 
+@pytest.mark.parametrize(
+    "budget,error",
+    [
+        (-1.0, ValueError),  # returned 0.0
+        (float("nan"), ValueError),  # a raw ValueError from round()
+        (float("inf"), ValueError),  # OverflowError
+        ("2", TypeError),
+        # Past max_memory the front was not computed: its last value understated the best.
+        (INSTANCE["max_memory"] * 2, ValueError),
+    ],
+)
+def test_pareto_value_at_refuses_budgets_it_cannot_answer(budget, error):
+    front = remat.pareto(**INSTANCE)
+    with pytest.raises(error, match="budget"):
+        front.value_at(budget)
+
+
 def test_knapsack_module_has_torch_signatures():
     torch_knapsack = pytest.importorskip("torch._functorch._activation_checkpointing.knapsack")
     for name in [
