@@ -522,6 +522,66 @@ def test_a_block_that_changes_its_input_in_place_is_named(granularity):
         model(torch.randn(4, 32)).sum().backward()
 
 
+class Encoder(nn.Module):
+    def __init__(self, chain: bool):
+        super().__init__()
+        blocks = [MLPBlock(32) for _ in range(3)]
+        self.layers = nn.Sequential(*blocks) if chain else nn.ModuleList(blocks)
+
+    def encode(self, x):
+        for layer in self.layers:
+            x = x + layer(x)
+        return x
+
+    def forward(self, x):
+        if isinstance(self.layers, nn.Sequential):
+            return self.layers(x)
+        return self.encode(x)
+
+
+def _warned(record, text):
+    return [w for w in record if text in str(w.message)]
+
+
+def test_ways_the_budget_is_not_kept_are_said():
+    # Each held up to twice the budget, or ran without checkpointing, and said nothing.
+    x = torch.randn(8, 32)
+    model = Encoder(chain=False)
+    rt.auto_checkpoint(model, memory_budget="1GiB")
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        model(x).sum().backward()
+        model.encode(x).sum().backward()  # not through forward
+        (model(x) - model(x)).sum().backward()  # two calls, one backward
+    assert _warned(record, "called while the model's forward was not running")
+    assert _warned(record, "called again before the backward of its previous call")
+
+    siamese = nn.Module()
+    siamese.encoder = Encoder(chain=True)
+    siamese.forward = lambda a, b: siamese.encoder(a) - siamese.encoder(b)
+    rt.auto_checkpoint(siamese, memory_budget="1GiB", blocks=siamese.encoder.layers)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        siamese(x, x).sum().backward()
+    assert _warned(record, "called twice in one step")
+
+
+def test_the_budget_warnings_stay_quiet_on_ordinary_training():
+    x = torch.randn(8, 32)
+    model = Encoder(chain=False)
+    rt.auto_checkpoint(model, memory_budget="1GiB")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(2):  # gradient accumulation: forward, backward, forward, backward
+            model(x).sum().backward()
+        kept = model(x)  # an output kept after its backward
+        kept.sum().backward()
+        model(x).sum().backward()
+        with torch.no_grad():
+            model.encode(x)  # evaluation outside forward
+        rt.plan(list(model.layers), x, memory_budget="1GiB")  # measuring runs the blocks
+
+
 def test_discovery_picks_the_repeated_blocks_not_an_inner_mlp():
     class Block(nn.Module):
         def __init__(self):

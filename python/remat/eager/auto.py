@@ -22,6 +22,7 @@ import functools
 import logging
 import sys
 import warnings
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -35,6 +36,7 @@ from ._runtime import _PreservedState, _signature, _tensors, clock, in_backward,
 from .block_plan import RecordedCall, chain_profile
 from .blocks import Blocks, find_blocks
 from .buffers import BufferReplay
+from .generators import measuring_now
 from .execution import Execution
 from . import distributed, selective
 from .planning import Plan, plan, plan_profile
@@ -57,6 +59,28 @@ class _Step:
     last_outputs: Any = None
     # Per block call run as a region: its name and its tensor inputs with their versions.
     region_inputs: list[tuple[str, list[tuple[torch.Tensor, int]]]] = field(default_factory=list)
+
+
+class _PendingBackward:
+    """Whether the last step's output still awaits its backward: alive, requiring grad, and no
+    gradient has reached it."""
+
+    def __init__(self) -> None:
+        self._outputs: list[weakref.ref[torch.Tensor]] = []
+        self._reached = True
+
+    def watch(self, output: Any) -> None:
+        tensors = [t for t in _tensors(output) if t.requires_grad and t.grad_fn is not None]
+        self._outputs = [weakref.ref(t) for t in tensors]
+        self._reached = not tensors
+        for tensor in tensors:
+            tensor.register_hook(self._on_gradient)
+
+    def _on_gradient(self, grad: torch.Tensor) -> None:
+        self._reached = True
+
+    def waiting(self) -> bool:
+        return not self._reached and any(ref() is not None for ref in self._outputs)
 
 
 @dataclass(frozen=True)
@@ -121,6 +145,8 @@ class AutoCheckpoint:
         self._patched: list[tuple[nn.Module, Any]] = []
         self._hooks: list[Any] = []
         self._warned: set[str] = set()
+        self._pending = _PendingBackward()
+        self._chain_calls: tuple[Any, int] = (None, 0)  # (step, chain calls in it)
         self.reinstall()
 
     def reinstall(self) -> None:
@@ -194,6 +220,13 @@ class AutoCheckpoint:
     def _begin_step(self, _model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]):
         if not torch.is_grad_enabled() or in_backward() or self._step is not None:
             return None
+        if self._pending.waiting():
+            self._warn(
+                "the model was called again before the backward of its previous call: each call "
+                "is a step planned to the budget alone, so two calls awaiting one backward (a "
+                "contrastive loss over two views, say) hold up to twice the budget. Concatenate "
+                "the inputs into one call, or give each call its share of the budget"
+            )
         key = (_signature(args), _signature(kwargs), self._context())
         found = self._block_plans.get(key)
         self._step = _Step(key, found.plan if found else None)
@@ -209,6 +242,7 @@ class AutoCheckpoint:
         if output is None and sys.exc_info()[1] is not None:
             return
         if not self._forward_only:
+            self._pending.watch(output)
             self._check_region_inputs(step)
         if step.plan is None:
             self._plan_step(step)
@@ -247,6 +281,14 @@ class AutoCheckpoint:
     ) -> Any:
         step = self._step
         if step is None or not self._active():
+            if step is None and self._active() and not measuring_now():
+                self._warn(
+                    f"{self._name(module)} was called while the model's forward was not running "
+                    "(a method such as model.encode(), a training_step, or a loop over the "
+                    "blocks outside forward): it runs without checkpointing, and the budget is "
+                    "not kept. Call the model itself, or give auto_checkpoint the module whose "
+                    "forward calls the blocks"
+                )
             return original(*args, **kwargs)
         signature = (_signature(args), _signature(kwargs))
         position = step.position
@@ -374,6 +416,16 @@ class AutoCheckpoint:
     def _chain_forward(self, container: nn.Module, original: Callable[..., Any], input: Any) -> Any:
         if not self._active() or not _tensors(input):
             return original(input)
+        step, calls = self._chain_calls
+        calls = calls + 1 if step is self._step and step is not None else 1
+        self._chain_calls = (self._step, calls)
+        if calls == 2:
+            self._warn(
+                f"{self.blocks.path} was called twice in one step: each call of the chain is "
+                "planned to the whole budget, so together the calls hold up to that many times "
+                "the budget. Give auto_checkpoint its blocks as a list (blocks=list(...)): calls "
+                "of listed blocks are planned together"
+            )
         functions = [functools.partial(self._plain, block) for block in self.blocks.modules]
         key = ("chain", _signature(input), self._context())
         found = self.plans.get(key)

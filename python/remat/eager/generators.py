@@ -119,6 +119,11 @@ class GeneratorStates:
             _set_state(generator, state)
 
 
+def measuring_now() -> bool:
+    """Whether remat is measuring (a _PreservedState is open)."""
+    return bool(_OPEN)
+
+
 def _generators_in(args: Any, kwargs: dict[str, Any]) -> list[torch.Generator]:
     values = list(args) + list(kwargs.values())
     return [v for v in values if isinstance(v, torch.Generator)]
