@@ -36,14 +36,19 @@ _PLAIN_NUMBERS = frozenset({float, int, np.float64, np.float32, np.int64, np.int
 
 
 def vector(values: Any, field: str) -> np.ndarray:
-    """A contiguous float64 vector from a list, tuple or NumPy array; names the bad index."""
+    """A contiguous float64 vector from a list, tuple, NumPy array or torch tensor (on any
+    device: it is copied to the host); names the bad index."""
+    if type(values).__module__.startswith("torch") and hasattr(values, "detach"):
+        values = values.detach().cpu().numpy()  # without importing torch
     if isinstance(values, np.ndarray):
         if values.ndim != 1:
             raise ValueError(f"{field}: expected a one-dimensional array, got {values.ndim} dimensions")
         if values.dtype.kind not in "biuf" or values.dtype.kind == "b":
             raise TypeError(f"{field}: expected numbers, got an array of {values.dtype}")
         return np.ascontiguousarray(values, dtype=np.float64)
-    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__len__"):
+    # A set or a dict view has a length but no order: which runtime goes with which memory
+    # would be a guess.
+    if isinstance(values, (str, bytes, dict, set, frozenset)) or not hasattr(values, "__getitem__"):
         raise TypeError(f"{field}: expected an array, got {describe(values)}")
     # Fast path: every element a plain number (bool is not one). Checking types with map() and
     # converting in C keeps a 10^4-item list well under a millisecond.

@@ -20,8 +20,13 @@ from conftest import ROOT
 INSTANCE = {"memory": [2, 3, 2, 4, 1], "runtime": [1, 2, 1, 3, 2], "max_memory": 5}
 
 
+def _tensor(values):
+    torch = pytest.importorskip("torch")
+    return torch.tensor(values, dtype=torch.float32)
+
+
 @pytest.mark.parametrize("solver", remat.SOLVERS)
-@pytest.mark.parametrize("kind", [list, tuple, np.array])
+@pytest.mark.parametrize("kind", [list, tuple, np.array, _tensor])  # tensors were refused
 def test_solve_accepts_lists_tuples_and_arrays(solver, kind):
     result = remat.solve(kind(INSTANCE["memory"]), kind(INSTANCE["runtime"]), 5, solver=solver)
     assert result.solver == solver
@@ -29,6 +34,13 @@ def test_solve_accepts_lists_tuples_and_arrays(solver, kind):
     assert result.quantized_memory_used <= result.quantized_max_memory
     if solver != "greedy":
         assert (result.status, result.max_runtime, result.saved) == ("optimal", 5.0, [3, 4])
+
+
+@pytest.mark.parametrize("values", [{2, 3, 1}, {2: 0, 3: 0, 1: 0}.keys()])
+def test_unordered_collections_are_refused(values):
+    # A set has a length but no order: which runtime goes with which memory would be a guess.
+    with pytest.raises(TypeError, match="memory: expected an array"):
+        remat.solve(values, [1, 2, 3], 3)
 
 
 def test_result_has_the_cli_fields(run):
