@@ -35,10 +35,17 @@ class PlannerMemoryError : public ResourceLimitError {
   using ResourceLimitError::ResourceLimitError;
 };
 
-// A table solver could not finish within the caller's time limit (its work is known up front).
+// A computation could not finish within the caller's time limit: refused up front (a table
+// solver's work is known before it starts) or stopped at the limit with no answer to give.
 class WorkLimitError : public ResourceLimitError {
  public:
   using ResourceLimitError::ResourceLimitError;
+};
+
+// The caller's stop request (a StopRequest that returned true) ended a computation.
+class Interrupted : public std::runtime_error {
+ public:
+  Interrupted() : std::runtime_error("interrupted") {}
 };
 
 // Messages that suggest another setting (the resource-limit errors) name the caller's options in a

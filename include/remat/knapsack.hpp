@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -57,11 +58,18 @@ struct ParetoPoint {
   double max_runtime = 0.0;
 };
 
+// Asked now and then during a long computation (about every 50 ms); returning true ends it with
+// Interrupted. The Python binding asks Python whether a signal (Ctrl-C) is pending.
+using StopRequest = std::function<bool()>;
+
 // Every breakpoint of best-saved-runtime as a function of the quantized budget, for budgets 0 to
 // problem.capacity, in one Nemhauser-Ullmann pass. Points ascend in both coordinates; the value
-// at any budget is the last point at or below it.
+// at any budget is the last point at or below it. A front is exact only once every item is in, so
+// a time limit that passes first throws WorkLimitError, and `stop` throws Interrupted.
 std::vector<ParetoPoint> pareto_front(const KnapsackProblem& problem,
-                                      std::size_t max_planner_bytes = 0);
+                                      std::size_t max_planner_bytes = 0,
+                                      std::optional<double> time_limit_seconds = std::nullopt,
+                                      const StopRequest& stop = nullptr);
 
 // Best saved runtime at a quantized budget, read off a front from pareto_front().
 double pareto_value_at(const std::vector<ParetoPoint>& front, std::int64_t budget_quanta);

@@ -55,14 +55,23 @@ nb::dict solve(const Vector& memory, const Vector& runtime, double max_memory,
   return result_dict(result);
 }
 
+// With the GIL released, Python runs no signal handler: this asks it, about every 50 ms (the
+// core's period), so that Ctrl-C stops a long call. Off the main thread Python reports none.
+bool python_signal_pending() {
+  nb::gil_scoped_acquire acquire;
+  return PyErr_CheckSignals() != 0;
+}
+
 std::tuple<std::vector<std::int64_t>, std::vector<double>, std::int64_t> pareto(
     const Vector& memory, const Vector& runtime, double max_memory, double scale,
-    std::size_t max_planner_bytes) {
+    std::size_t max_planner_bytes, std::optional<double> time_limit) {
   const remat::KnapsackProblem problem = make_problem(memory, runtime, max_memory, scale);
   std::vector<remat::ParetoPoint> front;
-  {
+  try {
     nb::gil_scoped_release release;
-    front = remat::pareto_front(problem, max_planner_bytes);
+    front = remat::pareto_front(problem, max_planner_bytes, time_limit, python_signal_pending);
+  } catch (const remat::Interrupted&) {
+    throw nb::python_error();  // the handler's exception (KeyboardInterrupt) is set
   }
   std::vector<std::int64_t> budgets;
   std::vector<double> values;
@@ -242,7 +251,7 @@ NB_MODULE(_core, m) {
   m.def("solve", &solve, "memory"_a, "runtime"_a, "max_memory"_a, "solver"_a, "scale"_a,
         "time_limit"_a.none(), "max_planner_bytes"_a, "refuse_on_memory_limit"_a = false);
   m.def("pareto", &pareto, "memory"_a, "runtime"_a, "max_memory"_a, "scale"_a,
-        "max_planner_bytes"_a);
+        "max_planner_bytes"_a, "time_limit"_a.none());
   m.def("solvers", [] {
     std::vector<std::string> names;
     for (auto s : remat::all_solvers()) names.push_back(remat::to_string(s));

@@ -115,15 +115,23 @@ def pareto(
     *,
     scale: float = 10000,
     max_planner_bytes: int | None = None,
+    time_limit: float | None = None,
 ) -> ParetoFront:
-    """Every breakpoint of best saved runtime against budget, in one Nemhauser-Ullmann pass."""
+    """Every breakpoint of best saved runtime against budget, in one Nemhauser-Ullmann pass.
+
+    Its work can grow with min(capacity, 2^n) per item: a front is exact only once every item is
+    in, so past ``time_limit`` seconds it raises :class:`remat.WorkLimitError` (a TimeoutError).
+    Ctrl-C stops it (KeyboardInterrupt) within about 50 ms."""
     scale = number(scale, "scale")
+    if time_limit is not None:
+        time_limit = number(time_limit, "time_limit")
     budgets, values, _ = _core.pareto(
         vector(memory, "memory"),
         vector(runtime, "runtime"),
         number(max_memory, "max_memory"),
         scale,
         _planner_bytes(max_planner_bytes),
+        time_limit,
     )
     quanta = np.asarray(budgets, dtype=np.int64)
     return ParetoFront(quanta / scale, quanta, np.asarray(values), float(max_memory), scale)

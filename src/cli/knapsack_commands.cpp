@@ -192,7 +192,11 @@ Command add_pareto(CLI::App& app) {
   auto common = std::make_shared<CommonOptions>();
   auto points = std::make_shared<std::int64_t>(0);
   auto plot = std::make_shared<std::string>();
+  auto time_limit = std::make_shared<std::optional<double>>();
   sub->add_option("--points", *points, "K evenly spaced budgets instead of every breakpoint");
+  sub->add_option("--time-limit", *time_limit,
+                  "Seconds; past them there is no front (exit 3), as a front is exact only "
+                  "once every item is in");
   sub->add_option("--plot", *plot,
                   "Draw the curve to this image (.png/.svg) through the remat Python package");
   add_common(sub, *common);
@@ -208,7 +212,8 @@ Command add_pareto(CLI::App& app) {
       return;
     }
     const KnapsackProblem problem = load_problem(*common);
-    const std::vector<ParetoPoint> front = pareto_front(problem, planner_bytes(*common));
+    const std::vector<ParetoPoint> front =
+        pareto_front(problem, planner_bytes(*common), *time_limit);
     if (*points == 0) {
       std::cout << io::pareto_json(problem, front) << "\n";
       return;

@@ -77,6 +77,18 @@ double lp_upper_bound(const ReducedProblem& p) {
   return bound;
 }
 
+std::optional<Clock::time_point> deadline_after(Clock::time_point start,
+                                                std::optional<double> seconds) {
+  if (!seconds) return std::nullopt;
+  if (!(*seconds > 0)) {
+    throw InputError("time_limit", std::nullopt, "must be a positive number of seconds");
+  }
+  constexpr double kLongestLimit = 3.15e9;
+  if (*seconds >= kLongestLimit) return std::nullopt;
+  return start +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(*seconds));
+}
+
 void stop_at_deadline(std::optional<Clock::time_point> deadline, const char* solver) {
   if (deadline && Clock::now() >= *deadline) {
     throw WorkLimitError(std::string(solver) +

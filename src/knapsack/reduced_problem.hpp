@@ -282,6 +282,11 @@ ReducedSolution solve_sliding_hirschberg(const ReducedProblem& p, PlannerMemory&
                                          std::optional<Clock::time_point> deadline);
 ReducedSolution solve_full_table_dp(const ReducedProblem& p, PlannerMemory& memory,
                                     std::optional<Clock::time_point> deadline);
+// The deadline `seconds` after `start`; none for no limit, or for one past what the clock can hold
+// (a century, inf), which converted would overflow into the past. Throws InputError("time_limit")
+// unless seconds > 0.
+std::optional<Clock::time_point> deadline_after(Clock::time_point start,
+                                                std::optional<double> seconds);
 // Throws WorkLimitError, naming `solver`, when `deadline` has passed.
 void stop_at_deadline(std::optional<Clock::time_point> deadline, const char* solver);
 ReducedSolution solve_greedy(const ReducedProblem& p, PlannerMemory& memory);

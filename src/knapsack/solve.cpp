@@ -62,14 +62,8 @@ detail::ReducedSolution dispatch(const detail::ReducedProblem& reduced, const So
     // Everything fits: the plan saves every item and is optimal for every solver.
     return {std::vector<char>(reduced.size(), 1), SolveStatus::kOptimal, 0.0, {}, {}};
   }
-  std::optional<Clock::time_point> deadline;
-  // A limit past what the clock can hold (a century; inf) is no limit: converted, it would
-  // overflow into the past and stop the search at once.
-  constexpr double kLongestLimit = 3.15e9;
-  if (options.time_limit_seconds && *options.time_limit_seconds < kLongestLimit) {
-    deadline = start + std::chrono::duration_cast<Clock::duration>(
-                           std::chrono::duration<double>(*options.time_limit_seconds));
-  }
+  const std::optional<Clock::time_point> deadline =
+      detail::deadline_after(start, options.time_limit_seconds);
   switch (options.solver) {
     case Solver::kExact: {
       detail::ReducedSolution solution = detail::solve_exact(reduced, memory, deadline);

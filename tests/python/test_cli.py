@@ -200,6 +200,7 @@ def test_bad_input_is_one_error_line_and_exit_2(run, text, message):
         # Once read unsigned: -1 became 2^64 - 1 points and ran out of memory.
         (["pareto", "--points", "-1", "-"], "points: must be 0 (every breakpoint) or at least 2"),
         (["pareto", "--points", "100000000", "-"], "points: must be at most 10^7"),
+        (["pareto", "--time-limit", "0", "-"], "time_limit: must be a positive number"),
         # max_memory 5 at scale 10^4: budgets 0..50000 quanta.
         (["pareto", "--points", "50002", "-"], "points: must be at most 50001, the distinct"),
         (
@@ -332,6 +333,15 @@ def test_demo_time_limit_skips_table_solvers_that_cannot_meet_it(run, tmp_path):
     assert "(sliding_hirschberg skipped: " in out and "over the time limit of 0.5 s" in out
     assert "{" not in out.split("instance:")[0]  # options worded for the command line
     assert "exact plan: save" in out
+
+
+def test_pareto_past_its_time_limit_gives_no_front_and_exit_3(run):
+    _, instance, _ = run(
+        "generate", "--family", "uncorrelated", "--n", "1000", "--seed", "1", "--range", "100000"
+    )
+    code, out, err = run("pareto", "--time-limit", "0.2", "-", stdin=instance)
+    assert code == 3 and out == ""
+    assert err.startswith("error: pareto passed the time limit of 0.2 s") and "--time-limit" in err
 
 
 def test_table_solver_refuses_a_time_limit_it_cannot_meet(run):

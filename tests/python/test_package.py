@@ -7,6 +7,8 @@ import os
 import pathlib
 import re
 import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -221,6 +223,47 @@ def test_pareto_matches_solve_at_every_breakpoint():
         assert remat.solve(INSTANCE["memory"], INSTANCE["runtime"], budget).max_runtime == value
         assert front.value_at(budget) == value
     assert front.value_at(INSTANCE["max_memory"]) == 5.0
+
+
+def _slow_front():
+    """An instance whose front takes seconds: 1000 items, 10^5 distinct weights and values."""
+    rng = np.random.default_rng(8)
+    memory = rng.integers(1, 100000, 1000).astype(float)
+    runtime = rng.integers(1, 100000, 1000).astype(float)
+    return memory, runtime, float(memory.sum() / 2)
+
+
+def test_pareto_stops_at_its_time_limit_and_on_ctrl_c():
+    # It had neither: n = 3000 at R = 1e7 ran 41 s, and Ctrl-C waited for the end.
+    memory, runtime, budget = _slow_front()
+    start = time.perf_counter()
+    with pytest.raises(remat.WorkLimitError, match="pareto passed the time limit of 0.2 s"):
+        remat.pareto(memory, runtime, budget, scale=1, time_limit=0.2)
+    assert time.perf_counter() - start < 0.2 + 0.05
+    small = remat.pareto(memory[:12], runtime[:12], budget, scale=1, time_limit=10)
+    assert list(small.max_runtime) == list(
+        remat.pareto(memory[:12], runtime[:12], budget, scale=1).max_runtime
+    )
+    script = textwrap.dedent("""
+        import os, signal, threading, time
+        import numpy as np, remat
+        rng = np.random.default_rng(8)
+        memory = rng.integers(1, 100000, 1000).astype(float)
+        runtime = rng.integers(1, 100000, 1000).astype(float)
+        threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        start = time.perf_counter()
+        try:
+            remat.pareto(memory, runtime, float(memory.sum() / 2), scale=1)
+            print("finished")
+        except KeyboardInterrupt:
+            print("interrupted", time.perf_counter() - start)
+        """)
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    word, *seconds = out.stdout.split()
+    assert word == "interrupted", out.stdout + out.stderr
+    assert float(seconds[0]) < 0.3 + 0.2
 
 
 @pytest.mark.parametrize(
