@@ -11,7 +11,11 @@ import remat
 
 SCALE = 10000
 quanta = st.integers(min_value=0, max_value=6)
-runtimes = st.one_of(st.integers(-3, 9).map(float), st.floats(-5, 1e6, allow_nan=False, allow_infinity=False))
+# Subnormal runtimes are refused (test_cli's BAD_INPUTS): they lose precision in the solvers' sums.
+runtimes = st.one_of(
+    st.integers(-3, 9).map(float),
+    st.floats(-5, 1e6, allow_nan=False, allow_infinity=False, allow_subnormal=False),
+)
 
 
 @st.composite
