@@ -432,6 +432,29 @@ def test_outputs_and_gradients_equal_the_unwrapped_model(shape):
         assert torch.equal(a.get_state(), b.get_state())
 
 
+def test_a_generator_assigned_anew_every_step_is_replayed():
+    # Generator attributes were looked up once per module: one reseeded by assignment each step
+    # was not replayed, and the re-runs drew other noise (gradients differed).
+    def steps(model):
+        grads = []
+        for step in range(3):
+            for i, layer in enumerate(model.layers):
+                layer.gen = torch.Generator().manual_seed(100 * step + i)
+            loss_of(model(x)).backward()
+            grads.append([p.grad.clone() for p in model.parameters()])
+            model.zero_grad()
+        return grads
+
+    torch.manual_seed(0)
+    reference, x = NoisyModel(), torch.randn(16, 32)
+    least = rt.measure(copy.deepcopy(reference), x, verbose=False).least_budget_bytes
+    model = copy.deepcopy(reference)
+    handle = rt.auto_checkpoint(model, memory_budget=least)
+    expected, got = steps(copy.deepcopy(reference)), steps(model)
+    assert len(handle.plan.regions) >= 2
+    assert all(torch.equal(a, b) for ga, gb in zip(got, expected) for a, b in zip(ga, gb))
+
+
 def _generators(model):
     return [v for m in model.modules() for v in vars(m).values() if isinstance(v, torch.Generator)]
 

@@ -29,26 +29,18 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 
 class GeneratorLedger:
-    """Per module: the generators its calls were seen drawing from, and its attributes that are
-    generators (looked up once)."""
+    """Per module: the generators its calls were seen drawing from. Its attributes that are
+    generators are looked up on every call (a model may assign a new one, reseeded, each epoch)."""
 
     def __init__(self) -> None:
         self._seen: weakref.WeakKeyDictionary[nn.Module, list[torch.Generator]] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._attributes: weakref.WeakKeyDictionary[nn.Module, tuple[torch.Generator, ...]] = (
             weakref.WeakKeyDictionary()
         )
 
     def of(self, modules: Iterable[nn.Module]) -> list[torch.Generator]:
         found: dict[int, torch.Generator] = {}
         for module in modules:
-            attributes = self._attributes.get(module)
-            if attributes is None:
-                attributes = tuple(
-                    v for v in vars(module).values() if isinstance(v, torch.Generator)
-                )
-                self._attributes[module] = attributes
+            attributes = [v for v in vars(module).values() if isinstance(v, torch.Generator)]
             for generator in (*attributes, *self._seen.get(module, ())):
                 found.setdefault(id(generator), generator)
         return list(found.values())
