@@ -21,12 +21,12 @@ namespace {
 // Between items: the time limit, and every kStopPeriod the caller's stop request.
 class Checkpoints {
  public:
-  Checkpoints(std::optional<double> time_limit, const StopRequest& stop)
-      : start_(detail::Clock::now()),
-        deadline_(detail::deadline_after(start_, time_limit)),
+  Checkpoints(std::optional<double> time_limit, const StopRequest& stop,
+              detail::Clock::time_point start = detail::Clock::now())
+      : deadline_(detail::deadline_after(start, time_limit)),
         time_limit_(time_limit),
         stop_(stop),
-        next_stop_(start_ + kStopPeriod) {}
+        next_stop_(start + kStopPeriod) {}
 
   void between_items(std::size_t done, std::size_t items) {
     if (!deadline_ && !stop_) return;
@@ -46,7 +46,6 @@ class Checkpoints {
 
  private:
   static constexpr std::chrono::milliseconds kStopPeriod{50};
-  detail::Clock::time_point start_;
   std::optional<detail::Clock::time_point> deadline_;
   std::optional<double> time_limit_;
   const StopRequest& stop_;

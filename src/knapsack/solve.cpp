@@ -56,14 +56,12 @@ std::int64_t total_weight(const detail::ReducedProblem& reduced) {
 }
 
 detail::ReducedSolution dispatch(const detail::ReducedProblem& reduced, const SolveOptions& options,
-                                 detail::PlannerMemory& memory, Clock::time_point start,
-                                 bool everything_fits) {
+                                 detail::PlannerMemory& memory,
+                                 std::optional<Clock::time_point> deadline, bool everything_fits) {
   if (everything_fits) {
     // Everything fits: the plan saves every item and is optimal for every solver.
     return {std::vector<char>(reduced.size(), 1), SolveStatus::kOptimal, 0.0, {}, {}};
   }
-  const std::optional<Clock::time_point> deadline =
-      detail::deadline_after(start, options.time_limit_seconds);
   switch (options.solver) {
     case Solver::kExact: {
       detail::ReducedSolution solution = detail::solve_exact(reduced, memory, deadline);
@@ -202,10 +200,10 @@ std::size_t sliding_hirschberg_planner_bytes(const KnapsackProblem& problem) {
 }
 
 KnapsackResult solve(const KnapsackProblem& problem, const SolveOptions& options) {
-  if (options.time_limit_seconds && !(*options.time_limit_seconds > 0)) {
-    throw InputError("time_limit", std::nullopt, "must be a positive number of seconds");
-  }
   const auto start = Clock::now();
+  // Validates the limit before any work.
+  const std::optional<Clock::time_point> deadline =
+      detail::deadline_after(start, options.time_limit_seconds);
   const std::size_t cap =
       options.max_planner_bytes ? options.max_planner_bytes : default_max_planner_bytes();
   const detail::ReducedProblem reduced = detail::reduce(problem);
@@ -216,7 +214,7 @@ KnapsackResult solve(const KnapsackProblem& problem, const SolveOptions& options
     check_table_solver_time(reduced, options);
   }
   const detail::ReducedSolution solution =
-      dispatch(reduced, options, memory, start, everything_fits);
+      dispatch(reduced, options, memory, deadline, everything_fits);
   KnapsackResult result = assemble(problem, reduced, solution);
   result.solver = to_string(options.solver);
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
