@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ..saved_memory import storage_key
+from .generators import GeneratorStates
 
 
 def clock() -> Callable[[], float]:
@@ -162,8 +163,6 @@ class _PreservedState:
         self._cuda = sorted({d.index or 0 for d in devices if d.type == "cuda"})
 
     def __enter__(self) -> None:
-        from .generators import GeneratorStates
-
         self._entries = _buffer_entries(self._owners)
         self._saved_buffers = [b.detach().clone() for _, _, b in self._entries]
         self._rng = torch.random.get_rng_state()

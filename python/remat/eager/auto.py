@@ -59,6 +59,7 @@ class _Step:
     last_outputs: Any = None
     # Per block call run as a region: its name and its tensor inputs with their versions.
     region_inputs: list[tuple[str, list[tuple[torch.Tensor, int]]]] = field(default_factory=list)
+    chain_calls: int = 0  # calls of a stock nn.Sequential chain in this step
 
 
 class _PendingBackward:
@@ -146,7 +147,6 @@ class AutoCheckpoint:
         self._hooks: list[Any] = []
         self._warned: set[str] = set()
         self._pending = _PendingBackward()
-        self._chain_calls: tuple[Any, int] = (None, 0)  # (step, chain calls in it)
         self.reinstall()
 
     def reinstall(self) -> None:
@@ -416,16 +416,15 @@ class AutoCheckpoint:
     def _chain_forward(self, container: nn.Module, original: Callable[..., Any], input: Any) -> Any:
         if not self._active() or not _tensors(input):
             return original(input)
-        step, calls = self._chain_calls
-        calls = calls + 1 if step is self._step and step is not None else 1
-        self._chain_calls = (self._step, calls)
-        if calls == 2:
-            self._warn(
-                f"{self.blocks.path} was called twice in one step: each call of the chain is "
-                "planned to the whole budget, so together the calls hold up to that many times "
-                "the budget. Give auto_checkpoint its blocks as a list (blocks=list(...)): calls "
-                "of listed blocks are planned together"
-            )
+        if self._step is not None:
+            self._step.chain_calls += 1
+            if self._step.chain_calls == 2:
+                self._warn(
+                    f"{self.blocks.path} was called twice in one step: each call of the chain is "
+                    "planned to the whole budget, so together the calls hold up to that many "
+                    "times the budget. Give auto_checkpoint its blocks as a list "
+                    "(blocks=list(...)): calls of listed blocks are planned together"
+                )
         functions = [functools.partial(self._plain, block) for block in self.blocks.modules]
         key = ("chain", _signature(input), self._context())
         found = self.plans.get(key)
