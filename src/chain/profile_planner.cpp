@@ -54,8 +54,26 @@
 // point downwards, then end point upwards, so both parts of a segment are filled before it and
 // each start point's left parts are read once per tile rather than once per end point (the fill
 // is bound by memory traffic). The plan is rebuilt by re-evaluating the minimizations, never
-// stored. The full program is kept as plan_profile_reference (profile_reference.cpp) for the
+// stored.
+//
+// Three things keep the widening cheap, none of which changes a value:
+//   - A band that holds no schedule at all is never filled: the least m at which each stored
+//     R(s, t, .) is finite follows the recurrence with max for + and min for min, O(n L^2)
+//     integer steps, and G(0, C) is finite exactly when its least m is at most C. Such a band
+//     widens unfilled (a schedule of a wider band is a bad derivation here, so a filled one would
+//     widen too). No schedule at all is known at once: recomputing from a_0 needs least units.
+//   - A widened band copies the last band's rows (a stored R(s, t, m) does not depend on the band)
+//     and fills only below them; the split search finds the same ends as from scratch, since the
+//     copied part of a row is final and no higher than the rest.
+//   - In the F passes, first-pass segments from s longer than the band's by a gap (2 L, at least
+//     tail_gap layers) are priced all at once, as (b) loosened to hold for all of them: a segment
+//     to j' >= J costs at least max(T(s+1..J-1) - K_J + T(s+1..j'-1), 2 T(s+1..j'-1) - K_J - K')
+//     plus its rest, K_J the knapsack of s+1..J-1 and K' that of every layer from J on, so two
+//     suffix minima over j' of (T or 2 T)(1..j'-1) + rest serve every s. The F passes then take
+//     O(n (L + gap) C) rather than O(n^2 C). The full program is kept as plan_profile_reference (profile_reference.cpp) for the
 // tests and the benchmark.
+#include "chain/profile_planner.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -77,17 +95,14 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // sums of these magnitudes (times as prefix-sum differences, at most n per value) err by far
 // less.
 constexpr double kMargin = 1e-9;
-// The longest segment of the first band, in layers.
-constexpr std::int64_t kFirstMaxLength = 64;
-// Up to this much work (n^3 C / 6 steps) the full program runs at once, with no band to certify.
-constexpr double kSmallWork = 2e7;
 // End points filled together (see solve()); 16 was fastest of 4 to 64 at 1000 layers.
 constexpr std::int64_t kTileEnds = 16;
 
 class BandProgram {
  public:
-  BandProgram(const ChainProfile& profile, std::int64_t budget, std::int64_t slots)
-      : n_(profile.layers()) {
+  BandProgram(const ChainProfile& profile, std::int64_t budget, std::int64_t slots,
+              std::int64_t tail_gap)
+      : n_(profile.layers()), tail_gap_(tail_gap) {
     // `slots` units of floor(budget / slots) bytes, unless the sizes' common divisor is at least
     // that: then it is the unit, and rounding is exact (tensor sizes share large powers of two).
     for (std::int64_t b : profile.activation_bytes) divisor_ = std::gcd(divisor_, b);
@@ -120,6 +135,15 @@ class BandProgram {
   // Lays out the band for `delta` and `max_length` and returns the bytes it needs; nothing of
   // size beyond O(n) is allocated before solve().
   std::size_t layout(std::int64_t delta, std::int64_t max_length) {
+    if (!values_.empty()) {
+      // The band filled last: its rows are exact, and solve() copies them into this one.
+      kept_.delta = delta_;
+      kept_.last = std::move(last_);
+      kept_.pair_base = std::move(pair_base_);
+      kept_.row_offset = std::move(row_offset_);
+      kept_.values = std::move(values_);
+      values_.clear();
+    }
     delta_ = delta;
     max_length_ = std::max<std::int64_t>(1, max_length);
     last_.assign(static_cast<std::size_t>(n_), 0);
@@ -143,6 +167,47 @@ class BandProgram {
            (3 * static_cast<std::size_t>(n_) + 2) * row_size() * sizeof(double);
   }
 
+  // Whether the band laid out last holds a schedule (G(0, C) finite), found without filling it.
+  // A stored R(s, t, .) is finite from one m up (each condition of the recurrence is a lower
+  // limit on m, and the rows are flat past their tops), so these least m follow the recurrence
+  // with max for + and min for min: O(n L^2) integer steps, no rows.
+  bool holds_a_schedule() const {
+    constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max() / 4;
+    std::vector<std::int64_t> least(pairs_, kNever);
+    const auto at = [&](std::int64_t s, std::int64_t t) -> std::int64_t& {
+      return least[pair_index(s, t)];
+    };
+    for (std::int64_t s = n_ - 1; s >= 0; --s) {
+      const std::int64_t ws = w(s);
+      for (std::int64_t t = s + 1; t <= last(s); ++t) {
+        const std::int64_t row_lo = lo(s, t), row_top = top(s, t);
+        if (row_lo > row_top) continue;
+        std::int64_t best = t == s + 1 ? row_lo : kNever;
+        std::int64_t need = ws;
+        for (std::int64_t j = s + 1; j < t; ++j) {
+          need = std::max(need, ws + w(j));
+          if (need > row_top) break;
+          best = std::min(best, std::max({need, at(j, t) + ws, at(s, j)}));
+        }
+        if (std::max(best, row_lo) <= row_top) at(s, t) = std::max(best, row_lo);
+      }
+    }
+    std::vector<std::int64_t> first_pass(static_cast<std::size_t>(n_) + 1, kNever);
+    first_pass[static_cast<std::size_t>(n_)] = 0;
+    for (std::int64_t s = n_ - 1; s >= 0; --s) {
+      const std::int64_t ws = w(s);
+      std::int64_t need = ws, best = kNever;
+      for (std::int64_t j = s + 1; j <= last(s); ++j) {
+        if (j < n_) need = std::max(need, ws + w(j));
+        if (need > capacity_) break;
+        const std::int64_t rest = j == n_ ? 0 : first_pass[static_cast<std::size_t>(j)] + ws;
+        best = std::min(best, std::max({need, total(s, j) - delta_, at(s, j), rest}));
+      }
+      first_pass[static_cast<std::size_t>(s)] = best;
+    }
+    return first_pass[0] <= capacity_;
+  }
+
   struct Verdict {
     bool heavy_ok, long_ok;  // no W-bad (L-bad) derivation is optimal or tied
   };
@@ -160,6 +225,7 @@ class BandProgram {
     }
     row_offset_.push_back(entries);
     values_.assign(entries_, kInf);
+    copy_kept();
     // (s, t) needs (s, j) and (j, t) for s < j < t: in a tile of end points, start points
     // downwards and end points upwards fill both first. The tile's right parts (j, t) stay in
     // cache, and the left parts (s, j), which lie together, are read once for the whole tile.
@@ -170,9 +236,10 @@ class BandProgram {
       while (last(first_start) < t0) ++first_start;
       for (std::int64_t s = t1 - 1; s >= first_start; --s) {
         const std::int64_t t_end = std::min(t1, last(s));
-        for (std::int64_t t = std::max(t0, s + 1); t <= t_end; ++t) fill_r(s, t);
+        for (std::int64_t t = std::max(t0, s + 1); t <= t_end; ++t) fill_r(s, t, known_from(s, t));
       }
     }
+    forget_kept();
     fill_f();
     const double good = g(0)[static_cast<std::size_t>(capacity_)];
     const auto beaten = [&](double bad) {
@@ -183,11 +250,23 @@ class BandProgram {
             beaten(bl(0)[static_cast<std::size_t>(capacity_)])};
   }
 
+  // What the rows kept from the last filled band take.
+  std::size_t kept_bytes() const {
+    return kept_.values.size() * sizeof(double) +
+           (kept_.last.size() + kept_.pair_base.size() + kept_.row_offset.size()) * 8;
+  }
+  void forget_kept() { kept_ = Kept{}; }
+
   double best() const { return g(0)[static_cast<std::size_t>(capacity_)]; }
   std::int64_t unit() const { return unit_; }
   std::int64_t capacity() const { return capacity_; }
   std::int64_t divisor() const { return divisor_; }
   bool exact() const { return exact_; }
+  // What recomputing everything from a_0 holds at most, in units: a_0 and the largest output
+  // before the last.
+  std::int64_t least_units() const {
+    return w(0) + (n_ > 1 ? *std::max_element(weight_.begin() + 1, weight_.begin() + n_) : 0);
+  }
 
   void emit(const ActionSink& sink) const {
     struct Task {
@@ -276,12 +355,14 @@ class BandProgram {
     return f_.data() + static_cast<std::size_t>(2 * n_ + s) * row_size();
   }
 
-  void fill_r(std::int64_t s, std::int64_t t) {
+  // The row of (s, t) below `known_from` (from it up, the row holds its values already).
+  void fill_r(std::int64_t s, std::int64_t t, std::int64_t known_from) {
     const std::int64_t row_lo = lo(s, t), row_top = top(s, t);
-    if (row_lo > row_top) return;
+    const std::int64_t stop = std::min(row_top, known_from - 1);
+    if (row_lo > stop) return;
     double* row = r(s, t) - row_lo;  // row[m] for m in [row_lo, row_top]
     if (t == s + 1) {
-      for (std::int64_t m = row_lo; m <= row_top; ++m) row[m] = 0;
+      for (std::int64_t m = row_lo; m <= stop; ++m) row[m] = 0;
       return;
     }
     const double floor = time(s + 1, t - 1);
@@ -289,7 +370,7 @@ class BandProgram {
     std::int64_t need = ws;
     for (std::int64_t j = s + 1; j < t; ++j) {
       need = std::max(need, ws + w(j));
-      if (need > row_top) break;
+      if (need > stop) break;
       const std::int64_t first = std::max(row_lo, need);
       // (a): every m whose best so far is below the floor of this split, and of every later
       // split, is settled. The best is non-increasing in m, so those m form a suffix.
@@ -300,7 +381,34 @@ class BandProgram {
         const std::int64_t mid = low + (high - low) / 2;
         (row[mid] < bound ? high : low) = mid;
       }
-      relax(row, first, high, time(s + 1, j), s, j, t);
+      // The known part of the row is final and no higher than the rest: the search above finds
+      // the same end below it as on a row filled from scratch.
+      relax(row, first, std::min(high, stop + 1), time(s + 1, j), s, j, t);
+    }
+  }
+
+  // The first m of (s, t) that the kept band stored (past row_top if none).
+  std::int64_t known_from(std::int64_t s, std::int64_t t) const {
+    if (kept_.values.empty() || t > kept_.last[static_cast<std::size_t>(s)]) {
+      return std::numeric_limits<std::int64_t>::max();
+    }
+    return std::max(w(s), total(s, t) - kept_.delta);
+  }
+
+  // Copies the kept band's rows into this one's: a row's stored entries depend only on
+  // (s, t, m), never on the band, so they are this band's values too.
+  void copy_kept() {
+    if (kept_.values.empty()) return;
+    for (std::int64_t s = 0; s < n_; ++s) {
+      const std::int64_t kept_last = std::min(last(s), kept_.last[static_cast<std::size_t>(s)]);
+      for (std::int64_t t = s + 1; t <= kept_last; ++t) {
+        const std::int64_t from = known_from(s, t), row_top = top(s, t);
+        if (from > row_top) continue;
+        const double* kept_row =
+            kept_.values.data() + kept_.row_offset[kept_.pair_base[static_cast<std::size_t>(s)] +
+                                                   static_cast<std::size_t>(t - s - 1)];
+        std::copy(kept_row, kept_row + (row_top - from + 1), r(s, t) + (from - lo(s, t)));
+      }
     }
   }
 
@@ -353,7 +461,11 @@ class BandProgram {
     f_.assign(3 * static_cast<std::size_t>(n_) * size, kInf);
     const bool any_bad = delta_ < full_delta() || max_length_ < n_;
     std::vector<double> knap(size), next(size);
+    Tail tail(n_ + 1, size);
     for (std::int64_t s = n_ - 1; s >= 0; --s) {
+      // Past this end point, segments from s are priced together (see below); they are all too
+      // long, by tail_gap_ layers and by twice the band's longest segment.
+      const std::int64_t tail_start = last(s) + 1 + std::max(tail_gap_, 2 * max_length_);
       double* grow = g(s);
       double* wrow = bw(s);
       double* lrow = bl(s);
@@ -365,6 +477,25 @@ class BandProgram {
         if (need > capacity_) break;
         if (any_bad && j - 1 > s) {
           add_item(knap, next, w(j - 1), times_[static_cast<std::size_t>(j - 1)]);
+        }
+        if (j >= tail_start) {
+          // Segments s..j' for every j' >= j at once, by (b) loosened to be the same for all.
+          // Their knapsack is at most this one's plus T(j..j'-1), and at most this one's plus
+          // the knapsack of every layer from j on (far_knap): so segment j' costs at least
+          // T(s+1..j-1) - knap + T(s+1..j'-1) + rest, and at least
+          // 2 T(s+1..j'-1) - knap - far_knap + rest, rest the least of the three bounds past j'.
+          extend_tail(tail, j);
+          const double once = time_prefix_[static_cast<std::size_t>(j - 1)] -
+                              2 * time_prefix_[static_cast<std::size_t>(s)];
+          const double twice = -2 * time_prefix_[static_cast<std::size_t>(s)];
+          for (std::int64_t m = need; m <= capacity_; ++m) {
+            const auto c = static_cast<std::size_t>(m - ws);
+            const double price = std::max(once - knap[c] + tail.once[c],
+                                          twice - knap[c] - tail.far_knap[c] + tail.twice[c]);
+            wrow[m] = std::min(wrow[m], price);
+            lrow[m] = std::min(lrow[m], price);
+          }
+          break;
         }
         // Below `split` the segment is too heavy (W-bad); from it up, good, or too long (L-bad)
         // past last(s).
@@ -422,6 +553,40 @@ class BandProgram {
     }
   }
 
+  // The segments priced together (fill_f): those ending at `from` and after.
+  struct Tail {
+    explicit Tail(std::int64_t end, std::size_t size)
+        : from(end), once(size, kInf), twice(size, kInf), far_knap(size, 0.0), next(size) {}
+    std::int64_t from;
+    // min over those ends j of T(1..j-1) + min(G, B_W, B_L)(j), and of 2 T(1..j-1) + the same
+    std::vector<double> once, twice;
+    std::vector<double> far_knap;  // the knapsack of layers from..n-1
+    std::vector<double> next;      // add_item's scratch row
+  };
+
+  // Brings the tail down to the segments ending at `from` and after (nothing past the chain's
+  // end, j = n).
+  void extend_tail(Tail& tail, std::int64_t from) {
+    while (tail.from > from) {
+      const std::int64_t j = --tail.from;
+      const double before = time_prefix_[static_cast<std::size_t>(j - 1)];
+      if (j == n_) {
+        for (double& v : tail.once) v = std::min(v, before);
+        for (double& v : tail.twice) v = std::min(v, 2 * before);
+        continue;
+      }
+      add_item(tail.far_knap, tail.next, w(j), times_[static_cast<std::size_t>(j)]);
+      const double* grest = g(j);
+      const double* wrest = bw(j);
+      const double* lrest = bl(j);
+      for (std::size_t c = 0; c < tail.once.size(); ++c) {
+        const double rest = std::min({grest[c], wrest[c], lrest[c]});
+        tail.once[c] = std::min(tail.once[c], before + rest);
+        tail.twice[c] = std::min(tail.twice[c], 2 * before + rest);
+      }
+    }
+  }
+
   // 0/1 knapsack over capacities 0..C: knap[c] = the most time of the items added within c units.
   static void add_item(std::vector<double>& knap, std::vector<double>& next, std::int64_t weight,
                        double value) {
@@ -461,6 +626,7 @@ class BandProgram {
   }
 
   std::int64_t n_;
+  std::int64_t tail_gap_;
   std::int64_t unit_ = 1, capacity_ = 0, divisor_ = 0, delta_ = 0, max_length_ = 0;
   bool exact_ = true;
   std::vector<std::int64_t> weight_, weight_prefix_;
@@ -469,6 +635,13 @@ class BandProgram {
   std::vector<std::size_t> pair_base_, row_offset_;
   std::size_t pairs_ = 0, entries_ = 0;
   std::vector<double> values_, f_;
+  // The band filled before this one (a narrower one: bands only widen), while this one is filled.
+  struct Kept {
+    std::int64_t delta = 0;
+    std::vector<std::int64_t> last;
+    std::vector<std::size_t> pair_base, row_offset;
+    std::vector<double> values;
+  } kept_;
 };
 
 }  // namespace
@@ -482,24 +655,51 @@ std::int64_t least_profile_budget(const ChainProfile& profile) {
 
 ProfilePlan plan_profile(const ChainProfile& profile, std::int64_t budget_bytes, std::int64_t slots,
                          std::size_t max_planner_bytes, const ActionSink& also) {
+  return detail::plan_profile_tuned(profile, budget_bytes, slots, max_planner_bytes,
+                                    detail::BandTuning{}, also);
+}
+
+namespace detail {
+
+ProfilePlan plan_profile_tuned(const ChainProfile& profile, std::int64_t budget_bytes,
+                               std::int64_t slots, std::size_t max_planner_bytes,
+                               const BandTuning& tuning, const ActionSink& also) {
   profile.validate();
   if (budget_bytes < 0) throw InputError("budget", std::nullopt, "must be >= 0");
   if (slots < 1) throw InputError("slots", std::nullopt, "must be at least 1");
-  BandProgram program(profile, budget_bytes, slots);
+  BandProgram program(profile, budget_bytes, slots, tuning.tail_gap);
   // The band grows (delta or the longest segment, as the certificate asks) until the certificate
   // holds; at its widest every state is good and the program is the full one.
   const std::int64_t full = program.full_delta();
   std::int64_t delta = std::min(program.first_delta(), full);
-  std::int64_t max_length = std::min<std::int64_t>(kFirstMaxLength, profile.layers());
+  std::int64_t max_length =
+      std::min<std::int64_t>(std::max<std::int64_t>(tuning.first_max_length, 1), profile.layers());
   const double layers = static_cast<double>(profile.layers());
-  if (layers * layers * layers * static_cast<double>(program.capacity()) / 6 <= kSmallWork) {
+  if (layers * layers * layers * static_cast<double>(program.capacity()) / 6 <= tuning.small_work) {
     delta = full;  // small enough for the full program in one go
     max_length = profile.layers();
   }
   std::int64_t bands = 0;
-  while (true) {
-    ++bands;
+  // Every schedule holds a_0 with the largest output before the last (least_profile_budget), and
+  // recomputing everything from a_0 needs no more; with none, no band is laid out.
+  bool any_schedule = program.least_units() <= program.capacity();
+  while (any_schedule) {
     const std::size_t bytes = program.layout(delta, max_length);
+    if (!program.holds_a_schedule()) {
+      // Filling a band without a schedule would only widen it (a schedule of a wider band is a
+      // derivation with a bad segment here, its bound finite), so it widens unfilled, as a
+      // filled one would: delta eightfold, and the segments twice as long. The widest band holds
+      // every schedule.
+      if (delta == full && max_length == profile.layers()) {
+        throw std::logic_error("profile planner: the full program holds no schedule");
+      }
+      delta = delta > full / 8 ? full : 8 * delta;
+      max_length = std::min(2 * max_length, profile.layers());
+      continue;
+    }
+    ++bands;
+    // The last band's rows are copied into this one when both fit the cap; else it starts over.
+    if (bytes + program.kept_bytes() > max_planner_bytes) program.forget_kept();
     if (bytes > max_planner_bytes) {
       throw PlannerMemoryError(
           "the profile planner needs " + text::integer(bytes) + " bytes for " +
@@ -514,7 +714,7 @@ ProfilePlan plan_profile(const ChainProfile& profile, std::int64_t budget_bytes,
     if (!verdict.heavy_ok) delta = delta > full / factor ? full : factor * delta;
     if (!verdict.long_ok) max_length = std::min(2 * max_length, profile.layers());
   }
-  if (!(program.best() < kInf)) {
+  if (!any_schedule || !(program.best() < kInf)) {
     // F(0, m) only falls as m grows, so nothing fits in fewer units either.
     std::string detail = "no schedule fits in " + text::integer(budget_bytes) + " bytes";
     const std::int64_t largest = least_profile_budget(profile);
@@ -543,5 +743,7 @@ ProfilePlan plan_profile(const ChainProfile& profile, std::int64_t budget_bytes,
   plan.bands = bands;
   return plan;
 }
+
+}  // namespace detail
 
 }  // namespace remat::chain

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "chain/profile_planner.hpp"
 #include "chain/profile_reference.hpp"
 #include "remat/chain.hpp"
 #include "remat/errors.hpp"
@@ -162,6 +163,55 @@ TEST(ProfilePlannerReference, SameOnLongerChainsAtManySlots) {
                       std::to_string(fraction));
     }
   }
+}
+
+// Small chains through every path of the band program: a first band of 1 to 4 layers, far
+// first-pass segments priced together from 0 to 3 layers past it, no full program up front. So
+// bands hold no schedule and widen unfilled, certificates fail and bands widen with the last
+// band's rows copied, on profiles of every kind and budgets from the least to loose.
+TEST(ProfilePlannerReference, SameOnEveryPathOfTheBandProgram) {
+  std::mt19937_64 rng(3016);
+  int several = 0, trials = 0;
+  for (int trial = 0; trial < 160; ++trial) {
+    const int kind = trial % 4;
+    const std::int64_t n = 2 + static_cast<std::int64_t>(rng() % 40);
+    const ChainProfile p = random_profile(rng, n, kind);
+    const std::int64_t total = total_bytes(p);
+    const std::int64_t least = least_profile_budget(p);
+    const std::vector<std::int64_t> budgets = {least,
+                                               least + total / 50 + 1,
+                                               least + total / 10,
+                                               total / 3 + least,
+                                               total / 2 + least,
+                                               2 * total + 10};
+    detail::BandTuning tuning;
+    tuning.first_max_length = 1 + static_cast<std::int64_t>(rng() % 4);
+    tuning.tail_gap = static_cast<std::int64_t>(rng() % 4);
+    tuning.small_work = 0;
+    const std::int64_t budget = budgets[rng() % budgets.size()];
+    const std::int64_t slots = std::vector<std::int64_t>{7, 64, 200}[rng() % 3];
+    const auto tuned = [&](const ChainProfile& q, std::int64_t b, std::int64_t k, std::size_t cap,
+                           const ActionSink& sink) {
+      return detail::plan_profile_tuned(q, b, k, cap, tuning, sink);
+    };
+    const Outcome band = run(tuned, p, budget, slots);
+    const std::string where = "trial " + std::to_string(trial) + " n " + std::to_string(n) +
+                              " budget " + std::to_string(budget) + " slots " +
+                              std::to_string(slots);
+    const Outcome full = run(plan_profile_reference, p, budget, slots);
+    ASSERT_EQ(band.fits, full.fits) << where << ": " << band.error << " | " << full.error;
+    if (!band.fits) {
+      EXPECT_EQ(band.error, full.error) << where;
+      continue;
+    }
+    ++trials;
+    several += band.plan.bands > 1 ? 1 : 0;
+    EXPECT_EQ(band.plan.predicted_recompute_time, full.plan.predicted_recompute_time) << where;
+    EXPECT_EQ(band.actions, full.actions) << where;
+    EXPECT_LE(band.plan.simulation.memory_bytes, budget) << where;
+  }
+  EXPECT_GT(trials, 120);
+  EXPECT_GT(several, 20);  // bands widened with the last one's rows copied
 }
 
 TEST(ProfilePlannerReference, SameOnTheUnitModel) {

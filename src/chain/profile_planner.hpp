@@ -1,0 +1,23 @@
+// The band program's tuning, for the tests: the defaults are plan_profile's. Any tuning gives the
+// same objective and plan (the certificate decides when a band is enough); it changes only how
+// much is filled on the way, so the tests can make small chains take every path of the program.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "remat/chain.hpp"
+
+namespace remat::chain::detail {
+
+struct BandTuning {
+  std::int64_t first_max_length = 64;  // the first band's longest segment, in layers
+  std::int64_t tail_gap = 128;  // see fill_f: segments this far past the band, priced together
+  double small_work = 2e7;      // up to this much work (n^3 C / 6) the full program runs at once
+};
+
+ProfilePlan plan_profile_tuned(const ChainProfile& profile, std::int64_t budget_bytes,
+                               std::int64_t slots, std::size_t max_planner_bytes,
+                               const BandTuning& tuning, const ActionSink& also = nullptr);
+
+}  // namespace remat::chain::detail
