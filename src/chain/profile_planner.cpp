@@ -70,15 +70,18 @@
 //     to j' >= J costs at least max(T(s+1..J-1) - K_J + T(s+1..j'-1), 2 T(s+1..j'-1) - K_J - K')
 //     plus its rest, K_J the knapsack of s+1..J-1 and K' that of every layer from J on, so two
 //     suffix minima over j' of (T or 2 T)(1..j'-1) + rest serve every s. The F passes then take
-//     O(n (L + gap) C) rather than O(n^2 C). The full program is kept as plan_profile_reference (profile_reference.cpp) for the
+//     O(n (L + gap) C) rather than O(n^2 C). The full program is kept as plan_profile_reference
+//     (profile_reference.cpp) for the
 // tests and the benchmark.
 #include "chain/profile_planner.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <numeric>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "common/text.hpp"
@@ -101,8 +104,11 @@ constexpr std::int64_t kTileEnds = 16;
 class BandProgram {
  public:
   BandProgram(const ChainProfile& profile, std::int64_t budget, std::int64_t slots,
-              std::int64_t tail_gap)
-      : n_(profile.layers()), tail_gap_(tail_gap) {
+              const detail::BandTuning& tuning)
+      : n_(profile.layers()),
+        tail_gap_(tuning.tail_gap),
+        threads_(std::max<std::int64_t>(1, tuning.threads)),
+        threads_from_(tuning.threads_from) {
     // `slots` units of floor(budget / slots) bytes, unless the sizes' common divisor is at least
     // that: then it is the unit, and rounding is exact (tensor sizes share large powers of two).
     for (std::int64_t b : profile.activation_bytes) divisor_ = std::gcd(divisor_, b);
@@ -226,19 +232,7 @@ class BandProgram {
     row_offset_.push_back(entries);
     values_.assign(entries_, kInf);
     copy_kept();
-    // (s, t) needs (s, j) and (j, t) for s < j < t: in a tile of end points, start points
-    // downwards and end points upwards fill both first. The tile's right parts (j, t) stay in
-    // cache, and the left parts (s, j), which lie together, are read once for the whole tile.
-    const std::int64_t tile = kTileEnds;
-    std::int64_t first_start = 0;
-    for (std::int64_t t0 = 1; t0 <= n_; t0 += tile) {
-      const std::int64_t t1 = std::min(n_, t0 + tile - 1);
-      while (last(first_start) < t0) ++first_start;
-      for (std::int64_t s = t1 - 1; s >= first_start; --s) {
-        const std::int64_t t_end = std::min(t1, last(s));
-        for (std::int64_t t = std::max(t0, s + 1); t <= t_end; ++t) fill_r(s, t, known_from(s, t));
-      }
-    }
+    fill_rows();
     forget_kept();
     fill_f();
     const double good = g(0)[static_cast<std::size_t>(capacity_)];
@@ -353,6 +347,43 @@ class BandProgram {
   }
   const double* bl(std::int64_t s) const {
     return f_.data() + static_cast<std::size_t>(2 * n_ + s) * row_size();
+  }
+
+  // Fills every row. (s, t) needs (s, j) and (j, t) for s < j < t: in a tile of end points,
+  // start points downwards and end points upwards fill both first. The tile's right parts (j, t)
+  // stay in cache, and the left parts (s, j), which lie together, are read once for the whole
+  // tile. With several threads, thread k fills the rows s = k mod threads, in that order, each
+  // (s, t) once row s + 1 is done up to t (rows past s + 1 were done before it): a wavefront
+  // whose order is the one above, so every entry is the same double.
+  void fill_rows() {
+    const std::int64_t threads = entries_ >= threads_from_ ? threads_ : 1;
+    std::vector<std::atomic<std::int64_t>> done(static_cast<std::size_t>(n_) + 1);
+    const auto fill_share = [&](std::int64_t share) {
+      std::int64_t first_start = 0;
+      for (std::int64_t t0 = 1; t0 <= n_; t0 += kTileEnds) {
+        const std::int64_t t1 = std::min(n_, t0 + kTileEnds - 1);
+        while (last(first_start) < t0) ++first_start;
+        for (std::int64_t s = t1 - 1; s >= first_start; --s) {
+          if (s % threads != share) continue;
+          auto& below = done[static_cast<std::size_t>(s) + 1];
+          const std::int64_t t_end = std::min(t1, last(s));
+          for (std::int64_t t = std::max(t0, s + 1); t <= t_end; ++t) {
+            if (threads > 1) {
+              for (int spins = 0; t > s + 1 && below.load(std::memory_order_acquire) < t;) {
+                if (++spins > 64) std::this_thread::yield();
+              }
+            }
+            fill_r(s, t, known_from(s, t));
+            done[static_cast<std::size_t>(s)].store(t, std::memory_order_release);
+          }
+          done[static_cast<std::size_t>(s)].store(t1, std::memory_order_release);
+        }
+      }
+    };
+    std::vector<std::thread> helpers;
+    for (std::int64_t share = 1; share < threads; ++share) helpers.emplace_back(fill_share, share);
+    fill_share(0);
+    for (std::thread& helper : helpers) helper.join();
   }
 
   // The row of (s, t) below `known_from` (from it up, the row holds its values already).
@@ -627,6 +658,8 @@ class BandProgram {
 
   std::int64_t n_;
   std::int64_t tail_gap_;
+  std::int64_t threads_;      // threads that fill the rows of a band ...
+  std::size_t threads_from_;  // ... with at least this many entries
   std::int64_t unit_ = 1, capacity_ = 0, divisor_ = 0, delta_ = 0, max_length_ = 0;
   bool exact_ = true;
   std::vector<std::int64_t> weight_, weight_prefix_;
@@ -655,11 +688,17 @@ std::int64_t least_profile_budget(const ChainProfile& profile) {
 
 ProfilePlan plan_profile(const ChainProfile& profile, std::int64_t budget_bytes, std::int64_t slots,
                          std::size_t max_planner_bytes, const ActionSink& also) {
-  return detail::plan_profile_tuned(profile, budget_bytes, slots, max_planner_bytes,
-                                    detail::BandTuning{}, also);
+  detail::BandTuning tuning;
+  tuning.threads = detail::default_threads();
+  return detail::plan_profile_tuned(profile, budget_bytes, slots, max_planner_bytes, tuning, also);
 }
 
 namespace detail {
+
+std::int64_t default_threads() {
+  const unsigned cores = std::thread::hardware_concurrency();
+  return std::clamp<std::int64_t>(cores, 1, kMaxThreads);
+}
 
 ProfilePlan plan_profile_tuned(const ChainProfile& profile, std::int64_t budget_bytes,
                                std::int64_t slots, std::size_t max_planner_bytes,
@@ -667,7 +706,7 @@ ProfilePlan plan_profile_tuned(const ChainProfile& profile, std::int64_t budget_
   profile.validate();
   if (budget_bytes < 0) throw InputError("budget", std::nullopt, "must be >= 0");
   if (slots < 1) throw InputError("slots", std::nullopt, "must be at least 1");
-  BandProgram program(profile, budget_bytes, slots, tuning.tail_gap);
+  BandProgram program(profile, budget_bytes, slots, tuning);
   // The band grows (delta or the longest segment, as the certificate asks) until the certificate
   // holds; at its widest every state is good and the program is the full one.
   const std::int64_t full = program.full_delta();

@@ -10,11 +10,21 @@
 
 namespace remat::chain::detail {
 
+// Threads beyond these gain little: the fill is bound by memory traffic.
+constexpr std::int64_t kMaxThreads = 8;
+
 struct BandTuning {
   std::int64_t first_max_length = 64;  // the first band's longest segment, in layers
   std::int64_t tail_gap = 128;  // see fill_f: segments this far past the band, priced together
   double small_work = 2e7;      // up to this much work (n^3 C / 6) the full program runs at once
+  // Threads that fill a band's rows (the same values with any number), used from this many
+  // entries on; plan_profile takes the machine's cores, at most kMaxThreads.
+  std::int64_t threads = 1;
+  std::size_t threads_from = std::size_t{1} << 21;
 };
+
+// The machine's cores, at most kMaxThreads (1 when unknown).
+std::int64_t default_threads();
 
 ProfilePlan plan_profile_tuned(const ChainProfile& profile, std::int64_t budget_bytes,
                                std::int64_t slots, std::size_t max_planner_bytes,

@@ -168,7 +168,8 @@ TEST(ProfilePlannerReference, SameOnLongerChainsAtManySlots) {
 // Small chains through every path of the band program: a first band of 1 to 4 layers, far
 // first-pass segments priced together from 0 to 3 layers past it, no full program up front. So
 // bands hold no schedule and widen unfilled, certificates fail and bands widen with the last
-// band's rows copied, on profiles of every kind and budgets from the least to loose.
+// band's rows copied, on profiles of every kind and budgets from the least to loose, the rows
+// filled by one to three threads.
 TEST(ProfilePlannerReference, SameOnEveryPathOfTheBandProgram) {
   std::mt19937_64 rng(3016);
   int several = 0, trials = 0;
@@ -188,6 +189,8 @@ TEST(ProfilePlannerReference, SameOnEveryPathOfTheBandProgram) {
     tuning.first_max_length = 1 + static_cast<std::int64_t>(rng() % 4);
     tuning.tail_gap = static_cast<std::int64_t>(rng() % 4);
     tuning.small_work = 0;
+    tuning.threads = 1 + trial % 3;  // the rows filled by one, two or three threads
+    tuning.threads_from = 0;
     const std::int64_t budget = budgets[rng() % budgets.size()];
     const std::int64_t slots = std::vector<std::int64_t>{7, 64, 200}[rng() % 3];
     const auto tuned = [&](const ChainProfile& q, std::int64_t b, std::int64_t k, std::size_t cap,
