@@ -48,7 +48,7 @@
 // entries each, minimized over the splits that (a) leaves: O(n L^2 delta) at worst, far less in
 // practice (the first band, delta = C / 4 + max w and L = 64, is enough unless the budget is
 // within a few times the largest pair of adjacent sizes; then the band widens, up to the full
-// program). Each band also takes O(n^2 C) for the F passes and knapsacks. Memory: the band's
+// program). Each band also takes the F passes and their knapsacks (see below). Memory: the band's
 // rows and offsets, 3 n (C + 1) doubles for F and 2 (C + 1) for the knapsack, accounted before
 // the allocation. Segments are filled in tiles of kTileEnds end points; within a tile by start
 // point downwards, then end point upwards, so both parts of a segment are filled before it and
@@ -56,7 +56,7 @@
 // is bound by memory traffic). The plan is rebuilt by re-evaluating the minimizations, never
 // stored.
 //
-// Three things keep the widening cheap, none of which changes a value:
+// Three things keep the widening cheap; none changes the objective or the plan:
 //   - A band that holds no schedule at all is never filled: the least m at which each stored
 //     R(s, t, .) is finite follows the recurrence with max for + and min for min, O(n L^2)
 //     integer steps, and G(0, C) is finite exactly when its least m is at most C. Such a band
@@ -70,9 +70,10 @@
 //     to j' >= J costs at least max(T(s+1..J-1) - K_J + T(s+1..j'-1), 2 T(s+1..j'-1) - K_J - K')
 //     plus its rest, K_J the knapsack of s+1..J-1 and K' that of every layer from J on, so two
 //     suffix minima over j' of (T or 2 T)(1..j'-1) + rest serve every s. The F passes then take
-//     O(n (L + gap) C) rather than O(n^2 C). The full program is kept as plan_profile_reference
-//     (profile_reference.cpp) for the
-// tests and the benchmark.
+//     O(n (L + gap) C) rather than O(n^2 C).
+// The rows are filled by the machine's cores (at most 8) in a wavefront over start points
+// (fill_rows), every entry the same double as with one thread. The full program is kept as
+// plan_profile_reference (profile_reference.cpp) for the tests and the benchmark.
 #include "chain/profile_planner.hpp"
 
 #include <algorithm>
