@@ -82,6 +82,7 @@
 #include <limits>
 #include <numeric>
 #include <stdexcept>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -357,9 +358,9 @@ class BandProgram {
   // (s, t) once row s + 1 is done up to t (rows past s + 1 were done before it): a wavefront
   // whose order is the one above, so every entry is the same double.
   void fill_rows() {
-    const std::int64_t threads = entries_ >= threads_from_ ? threads_ : 1;
+    const std::int64_t wanted = entries_ >= threads_from_ ? threads_ : 1;
     std::vector<std::atomic<std::int64_t>> done(static_cast<std::size_t>(n_) + 1);
-    const auto fill_share = [&](std::int64_t share) {
+    const auto fill_share = [&](std::int64_t share, std::int64_t threads) {
       std::int64_t first_start = 0;
       for (std::int64_t t0 = 1; t0 <= n_; t0 += kTileEnds) {
         const std::int64_t t1 = std::min(n_, t0 + kTileEnds - 1);
@@ -381,10 +382,23 @@ class BandProgram {
         }
       }
     };
+    // The rows are shared out only once it is known how many threads started: one that cannot
+    // be started (a limit on threads) leaves fewer shares, never a share no one fills.
+    std::atomic<std::int64_t> started{0};
+    const auto helper = [&](std::int64_t share) {
+      std::int64_t threads = 0;
+      while ((threads = started.load(std::memory_order_acquire)) == 0) std::this_thread::yield();
+      if (share < threads) fill_share(share, threads);
+    };
     std::vector<std::thread> helpers;
-    for (std::int64_t share = 1; share < threads; ++share) helpers.emplace_back(fill_share, share);
-    fill_share(0);
-    for (std::thread& helper : helpers) helper.join();
+    try {
+      for (std::int64_t share = 1; share < wanted; ++share) helpers.emplace_back(helper, share);
+    } catch (const std::system_error&) {
+    }
+    const auto threads = static_cast<std::int64_t>(helpers.size()) + 1;
+    started.store(threads, std::memory_order_release);
+    fill_share(0, threads);
+    for (std::thread& h : helpers) h.join();
   }
 
   // The row of (s, t) below `known_from` (from it up, the row holds its values already).
