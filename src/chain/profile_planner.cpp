@@ -254,6 +254,8 @@ class BandProgram {
   void forget_kept() { kept_ = Kept{}; }
 
   double best() const { return g(0)[static_cast<std::size_t>(capacity_)]; }
+  double heavy_bound() const { return bw(0)[static_cast<std::size_t>(capacity_)]; }
+  double long_bound() const { return bl(0)[static_cast<std::size_t>(capacity_)]; }
   std::int64_t unit() const { return unit_; }
   std::int64_t capacity() const { return capacity_; }
   std::int64_t divisor() const { return divisor_; }
@@ -713,6 +715,15 @@ namespace detail {
 std::int64_t default_threads() {
   const unsigned cores = std::thread::hardware_concurrency();
   return std::clamp<std::int64_t>(cores, 1, kMaxThreads);
+}
+
+BandValues band_values(const ChainProfile& profile, std::int64_t budget_bytes, std::int64_t slots,
+                       std::int64_t delta, std::int64_t max_length, const BandTuning& tuning) {
+  profile.validate();
+  BandProgram program(profile, budget_bytes, slots, tuning);
+  program.layout(delta, max_length);
+  program.solve();
+  return {program.best(), program.heavy_bound(), program.long_bound()};
 }
 
 ProfilePlan plan_profile_tuned(const ChainProfile& profile, std::int64_t budget_bytes,

@@ -26,6 +26,14 @@ struct BandTuning {
 // The machine's cores, at most kMaxThreads (1 when unknown).
 std::int64_t default_threads();
 
+// One band, filled: G(0, C) over its good derivations, and the lower bounds B_W and B_L over the
+// derivations with a too heavy and with a too long (not too heavy) first-pass segment.
+struct BandValues {
+  double good, heavy, long_;
+};
+BandValues band_values(const ChainProfile& profile, std::int64_t budget_bytes, std::int64_t slots,
+                       std::int64_t delta, std::int64_t max_length, const BandTuning& tuning);
+
 ProfilePlan plan_profile_tuned(const ChainProfile& profile, std::int64_t budget_bytes,
                                std::int64_t slots, std::size_t max_planner_bytes,
                                const BandTuning& tuning, const ActionSink& also = nullptr);

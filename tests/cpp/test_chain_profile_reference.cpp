@@ -4,6 +4,8 @@
 // simulator, which plan_profile runs.
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -215,6 +217,124 @@ TEST(ProfilePlannerReference, SameOnEveryPathOfTheBandProgram) {
   }
   EXPECT_GT(trials, 120);
   EXPECT_GT(several, 20);  // bands widened with the last one's rows copied
+}
+
+// The certificate's bounds are lower bounds: B_W is at most the least cost of a first pass with a
+// too heavy segment, B_L of one with a too long (not too heavy) segment, both found here from the
+// whole table of R on chains small enough to enumerate, whatever the band and the tail's gap.
+TEST(ProfilePlannerReference, BandBoundsAreLowerBounds) {
+  constexpr double kInfinity = std::numeric_limits<double>::infinity();
+  std::mt19937_64 rng(4016);
+  int heavy_checked = 0, long_checked = 0;
+  for (int trial = 0; trial < 240; ++trial) {
+    const int kind = std::vector<int>{0, 2, 3}[trial % 3];  // sizes with small units
+    const auto n = 2 + static_cast<std::int64_t>(rng() % 22);
+    const ChainProfile p = random_profile(rng, n, kind);
+    std::int64_t unit = 0;
+    for (std::int64_t b : p.activation_bytes) unit = std::gcd(unit, b);
+    std::vector<std::int64_t> w, prefix{0};
+    for (std::int64_t b : p.activation_bytes) {
+      w.push_back(b / unit);
+      prefix.push_back(prefix.back() + w.back());
+    }
+    const std::int64_t least = least_profile_budget(p) / unit;
+    const std::int64_t capacity = least + static_cast<std::int64_t>(rng() % (prefix[n] + 1));
+    const auto total = [&](std::int64_t s, std::int64_t t) { return prefix[t] - prefix[s]; };
+    const auto time = [&](std::int64_t a, std::int64_t b) {  // layers a..b
+      double sum = 0;
+      for (std::int64_t i = a; i <= b; ++i) sum += p.forward_time[static_cast<std::size_t>(i)];
+      return sum;
+    };
+    // R[s][t][m] by the planner's recurrence, every state.
+    const auto size = static_cast<std::size_t>(capacity) + 1;
+    std::vector<std::vector<std::vector<double>>> r(
+        static_cast<std::size_t>(n) + 1,
+        std::vector<std::vector<double>>(static_cast<std::size_t>(n) + 1,
+                                         std::vector<double>(size, kInfinity)));
+    for (std::int64_t length = 1; length <= n; ++length) {
+      for (std::int64_t s = 0; s + length <= n; ++s) {
+        const std::int64_t t = s + length;
+        auto& row = r[static_cast<std::size_t>(s)][static_cast<std::size_t>(t)];
+        for (std::int64_t m = 0; m <= capacity; ++m) {
+          if (length == 1) {
+            row[static_cast<std::size_t>(m)] = w[s] <= m ? 0 : kInfinity;
+            continue;
+          }
+          std::int64_t need = w[s];
+          for (std::int64_t j = s + 1; j < t; ++j) {
+            need = std::max(need, w[s] + w[j]);
+            if (need > m) break;
+            row[static_cast<std::size_t>(m)] =
+                std::min(row[static_cast<std::size_t>(m)],
+                         time(s + 1, j) +
+                             r[static_cast<std::size_t>(j)][static_cast<std::size_t>(t)]
+                              [static_cast<std::size_t>(m - w[s])] +
+                             r[static_cast<std::size_t>(s)][static_cast<std::size_t>(j)]
+                              [static_cast<std::size_t>(m)]);
+          }
+        }
+      }
+    }
+    const auto delta = 1 + static_cast<std::int64_t>(rng() % (prefix[n] + 1));
+    const auto max_length = 1 + static_cast<std::int64_t>(rng() % n);
+    const auto last = [&](std::int64_t s) {
+      std::int64_t t = s + 1;
+      while (t + 1 <= n && total(s, t + 1) <= capacity + delta) ++t;
+      return std::min(t, s + max_length);
+    };
+    // Least costs of the rest of the first pass from (s, m): any, with a too heavy segment, with
+    // a too long one that is not too heavy.
+    std::vector<std::vector<double>> any(static_cast<std::size_t>(n) + 1,
+                                         std::vector<double>(size, kInfinity));
+    auto heavy = any, longer = any;
+    for (std::int64_t s = n - 1; s >= 0; --s) {
+      for (std::int64_t m = 0; m <= capacity; ++m) {
+        std::int64_t need = w[s];
+        for (std::int64_t j = s + 1; j <= n; ++j) {
+          if (j < n) need = std::max(need, w[s] + w[j]);
+          if (need > m) break;
+          const double cost = r[static_cast<std::size_t>(s)][static_cast<std::size_t>(j)]
+                               [static_cast<std::size_t>(m)];
+          const bool too_heavy = m < total(s, j) - delta;
+          const bool too_long = !too_heavy && j > last(s);
+          const auto at = [&](const std::vector<std::vector<double>>& table) {
+            return j == n ? (&table == &any ? 0.0 : kInfinity)
+                          : table[static_cast<std::size_t>(j)][static_cast<std::size_t>(m - w[s])];
+          };
+          auto& here = [&](auto& table) -> double& {
+            return table[static_cast<std::size_t>(s)][static_cast<std::size_t>(m)];
+          }(any);
+          here = std::min(here, cost + at(any));
+          double& h = heavy[static_cast<std::size_t>(s)][static_cast<std::size_t>(m)];
+          h = std::min(h, cost + (too_heavy ? at(any) : at(heavy)));
+          double& l = longer[static_cast<std::size_t>(s)][static_cast<std::size_t>(m)];
+          l = std::min(l, cost + (too_long ? at(any) : at(longer)));
+        }
+      }
+    }
+    detail::BandTuning tuning;
+    tuning.tail_gap = static_cast<std::int64_t>(rng() % 4);
+    tuning.threads = 1 + trial % 2;
+    tuning.threads_from = 0;
+    const auto band =
+        detail::band_values(p, capacity * unit, capacity * unit, delta, max_length, tuning);
+    const double best_heavy = heavy[0][static_cast<std::size_t>(capacity)];
+    const double best_long = longer[0][static_cast<std::size_t>(capacity)];
+    const std::string where = "trial " + std::to_string(trial) + " n " + std::to_string(n) +
+                              " capacity " + std::to_string(capacity) + " delta " +
+                              std::to_string(delta) + " L " + std::to_string(max_length);
+    if (best_heavy < kInfinity) {
+      EXPECT_LE(band.heavy, best_heavy * (1 + 1e-12) + 1e-12) << where;
+      ++heavy_checked;
+    }
+    if (best_long < kInfinity) {
+      EXPECT_LE(band.long_, best_long * (1 + 1e-12) + 1e-12) << where;
+      ++long_checked;
+    }
+    EXPECT_GE(band.good, any[0][static_cast<std::size_t>(capacity)] * (1 - 1e-12)) << where;
+  }
+  EXPECT_GT(heavy_checked, 40);
+  EXPECT_GT(long_checked, 40);
 }
 
 TEST(ProfilePlannerReference, SameOnTheUnitModel) {
