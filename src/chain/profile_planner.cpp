@@ -39,8 +39,8 @@
 // segment, bad segments priced by (b) and good ones exactly. If B_W(0, C) and B_L(0, C) both
 // exceed G(0, C) by a relative 1e-9 (far above rounding), no bad derivation is optimal or tied,
 // so G(0, C) is the full program's value to the last bit and its first minimizers, hence the
-// plan, are the full program's too. Otherwise delta doubles (grows eightfold if G(0, C) is
-// infinite) if B_W failed, and L doubles if B_L did; at
+// plan, are the full program's too. Otherwise delta doubles if B_W failed, and L doubles if B_L
+// did (a band without a schedule grows delta eightfold unfilled, below); at
 // delta >= W(0, n + 1) and L = n every state is good: the full program, which small problems
 // (n^3 C / 6 <= 2e7) run at once.
 //
@@ -248,8 +248,8 @@ class BandProgram {
 
   // What the rows kept from the last filled band take.
   std::size_t kept_bytes() const {
-    return kept_.values.size() * sizeof(double) +
-           (kept_.last.size() + kept_.pair_base.size() + kept_.row_offset.size()) * 8;
+    return kept_.values.size() * sizeof(double) + kept_.last.size() * sizeof(std::int64_t) +
+           (kept_.pair_base.size() + kept_.row_offset.size()) * sizeof(std::size_t);
   }
   void forget_kept() { kept_ = Kept{}; }
 
@@ -773,13 +773,14 @@ ProfilePlan plan_profile_tuned(const ChainProfile& profile, std::int64_t budget_
           "; lower {slots} (or raise {max_planner_bytes})");
     }
     const auto verdict = program.solve();
+    if (!(program.best() < kInf)) {
+      throw std::logic_error("profile planner: a band that holds a schedule has G(0, C) infinite");
+    }
     if (verdict.heavy_ok && verdict.long_ok) break;
-    // No schedule at all inside the band: the budget is tight, and delta grows faster.
-    const std::int64_t factor = program.best() < kInf ? 2 : 8;
-    if (!verdict.heavy_ok) delta = delta > full / factor ? full : factor * delta;
+    if (!verdict.heavy_ok) delta = delta > full / 2 ? full : 2 * delta;
     if (!verdict.long_ok) max_length = std::min(2 * max_length, profile.layers());
   }
-  if (!any_schedule || !(program.best() < kInf)) {
+  if (!any_schedule) {
     // F(0, m) only falls as m grows, so nothing fits in fewer units either.
     std::string detail = "no schedule fits in " + text::integer(budget_bytes) + " bytes";
     const std::int64_t largest = least_profile_budget(profile);
