@@ -72,7 +72,10 @@
 //     suffix minima over j' of (T or 2 T)(1..j'-1) + rest serve every s. The F passes then take
 //     O(n (L + gap) C) rather than O(n^2 C).
 // The rows are filled by the machine's cores (at most 8) in a wavefront over start points
-// (fill_rows), every entry the same double as with one thread. The full program is kept as
+// (fill_rows), every entry the same double as with one thread. A split is applied to a row in
+// blocks of m, and a block where the split's value at its last m is no lower than the row at its
+// first is skipped (lower_blocks): exact, and at tight budgets, where most splits improve few m,
+// it skips most of the fill's traffic. The full program is kept as
 // plan_profile_reference (profile_reference.cpp) for the tests and the benchmark.
 #include "chain/profile_planner.hpp"
 
@@ -109,6 +112,7 @@ class BandProgram {
               const detail::BandTuning& tuning)
       : n_(profile.layers()),
         tail_gap_(tuning.tail_gap),
+        skip_block_(std::max<std::int64_t>(1, tuning.skip_block)),
         threads_(std::max<std::int64_t>(1, tuning.threads)),
         threads_from_(tuning.threads_from) {
     // `slots` units of floor(budget / slots) bytes, unless the sizes' common divisor is at least
@@ -471,7 +475,7 @@ class BandProgram {
     const std::int64_t both_end = std::min({end, left_end, right_end});
     std::int64_t m = first;
     if (m < both_end) {
-      lower_to_sums(row, right, left, cost, m, both_end);
+      lower_blocks(row, right, left, cost, m, both_end);
       m = both_end;
     }
     if (m >= end) return;
@@ -487,6 +491,19 @@ class BandProgram {
     if (m >= end) return;
     const double v = cost + right[std::min(m, right_end - 1)] + left[std::min(m, left_end - 1)];
     for (; m < end; ++m) row[m] = std::min(row[m], v);
+  }
+
+  // lower_to_sums over [from, to) block by block, skipping a block where the sum at its last m
+  // is no lower than the row at its first: the row and both parts only fall with m (the row
+  // is the least of the splits so far, each falling), and rounded sums are monotone, so no
+  // entry of that block would change. At tight budgets most blocks are skipped.
+  void lower_blocks(double* row, const double* right, const double* left, double cost,
+                    std::int64_t from, std::int64_t to) const {
+    for (std::int64_t first = from; first < to; first += skip_block_) {
+      const std::int64_t end = std::min(to, first + skip_block_);
+      if (cost + right[end - 1] + left[end - 1] >= row[first]) continue;
+      lower_to_sums(row, right, left, cost, first, end);
+    }
   }
 
   // row[m] = min(row[m], cost + a[m] + b[m]) for m in [from, to). Written without std::min and
@@ -675,6 +692,7 @@ class BandProgram {
 
   std::int64_t n_;
   std::int64_t tail_gap_;
+  std::int64_t skip_block_;   // entries of a row a split is checked against at once
   std::int64_t threads_;      // threads that fill the rows of a band ...
   std::size_t threads_from_;  // ... with at least this many entries
   std::int64_t unit_ = 1, capacity_ = 0, divisor_ = 0, delta_ = 0, max_length_ = 0;

@@ -16,7 +16,10 @@ constexpr std::int64_t kMaxThreads = 8;
 struct BandTuning {
   std::int64_t first_max_length = 64;  // the first band's longest segment, in layers
   std::int64_t tail_gap = 128;  // see fill_f: segments this far past the band, priced together
-  double small_work = 2e7;      // up to this much work (n^3 C / 6) the full program runs at once
+  // Entries of a row a split is checked against at once (lower_blocks); 16 to 64 were about as
+  // fast at 1000 layers.
+  std::int64_t skip_block = 32;
+  double small_work = 2e7;  // up to this much work (n^3 C / 6) the full program runs at once
   // Threads that fill a band's rows (the same values with any number), used from this many
   // entries on; plan_profile takes the machine's cores, at most kMaxThreads.
   std::int64_t threads = 1;

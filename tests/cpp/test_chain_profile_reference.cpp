@@ -179,7 +179,7 @@ TEST(ProfilePlannerReference, SameOnLongerChainsAtManySlots) {
 // first-pass segments priced together from 0 to 3 layers past it, no full program up front. So
 // bands hold no schedule and widen unfilled, certificates fail and bands widen with the last
 // band's rows copied, on profiles of every kind and budgets from the least to loose, the rows
-// filled by one to three threads.
+// filled by one to three threads, splits checked against 1 to 40 entries of a row at once.
 TEST(ProfilePlannerReference, SameOnEveryPathOfTheBandProgram) {
   std::mt19937_64 rng(3016);
   int several = 0, trials = 0;
@@ -198,6 +198,7 @@ TEST(ProfilePlannerReference, SameOnEveryPathOfTheBandProgram) {
     detail::BandTuning tuning;
     tuning.first_max_length = 1 + static_cast<std::int64_t>(rng() % 4);
     tuning.tail_gap = static_cast<std::int64_t>(rng() % 4);
+    tuning.skip_block = 1 + static_cast<std::int64_t>(rng() % 40);
     tuning.small_work = 0;
     tuning.threads = 1 + trial % 3;  // the rows filled by one, two or three threads
     tuning.threads_from = 0;
