@@ -8,6 +8,7 @@ re-run time counts."""
 from __future__ import annotations
 
 import dataclasses
+import warnings
 import sys
 
 import pytest
@@ -94,6 +95,58 @@ def test_menu_matches_what_sac_caches_and_reruns(name):
     torch.random.set_rng_state(rng)
 
 
+@pytest.mark.parametrize("name", ["gpt", "llama"])
+def test_modes_cost_is_measured_on_the_layer_and_charged_to_selective_options(name):
+    """On CPU each layer's SAC cost is measured on the layer itself; every option that keeps ops
+    pays it on top of the ops it re-runs (scaled like every op time), the plain region does not."""
+    from remat.eager.profile import _option_seconds
+
+    layer, h = layer_and_input(name)
+    with _PreservedState([layer], {h.device}):
+        ops = selective.profile_ops(layer, (h,), {}, set(), repeats=1)
+    assert ops.modes_seconds is not None
+    forward_extra, cached_rerun = ops.modes_seconds
+    assert forward_extra >= 0 and cached_rerun > 0  # a re-run still runs the layer's Python
+    floor = ops.uncached_floor_seconds
+    assert 0 < floor < ops.rerun_seconds  # views are never cached, but take little time
+    entries = selective.menu(ops)
+    for entry in entries:
+        seconds = _option_seconds(ops, entry, 2.0)
+        if entry.cached:
+            expected = (entry.recompute_seconds - floor) * 2.0 + forward_extra + cached_rerun
+            assert seconds == pytest.approx(expected)
+            assert seconds >= forward_extra + cached_rerun
+        else:
+            assert seconds == pytest.approx(entry.recompute_seconds * 2.0)
+
+
+class _EveryOtherCallDiffers(torch.nn.Module):
+    """Data-dependent control flow: every second call runs one more op."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        y = torch.relu(self.linear(x))
+        return y * 2.0 if self.calls % 2 else y
+
+
+def test_modes_cost_is_not_measured_when_the_layer_replays_other_ops():
+    """A layer that does not replay the ops it was profiled with has no modes figure (its
+    options then pay their ops alone), and profiling it raises nothing and warns nothing."""
+    layer = _EveryOtherCallDiffers()
+    x = torch.randn(4, 8, requires_grad=True)
+    names = ("aten.t.default", "aten.addmm.default", "aten.relu.default", "aten.mul.Tensor")
+    records = tuple(selective.OpRecord(n, 128, 1e-5, "addmm" in n or "relu" in n) for n in names)
+    ops = selective.OpProfile(records, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert selective.measure_modes(layer, (x,), {}, ops, repeats=1) is None
+
+
 class _Stacked:
     """Enters the counting mode first, then SAC's: SAC's mode sees each op first, and only the
     ops it re-computes reach the counter."""
@@ -151,10 +204,9 @@ def _flop_like_op_times(monkeypatch) -> None:
             dataclasses.replace(op, seconds=1e-4 * (20 if any(k in op.name for k in heavy) else 1))
             for op in ops.ops
         )
-        return dataclasses.replace(ops, ops=timed)
+        return dataclasses.replace(ops, ops=timed, modes_seconds=None)
 
     monkeypatch.setattr(selective, "profile_ops", profile_ops)
-    monkeypatch.setattr(selective, "cpu_dispatch_overhead", lambda: 0.0)
     # The fixed cost of a region too: on these tiny blocks it is comparable to a block's forward,
     # and its noise alone can flip the plan between selective and whole regions.
     monkeypatch.setattr(remat_auto, "_region_overhead", lambda *args: 0.0)

@@ -31,9 +31,10 @@ times every op (synchronizing the device around it), the least of a few runs.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 import torch
@@ -72,11 +73,16 @@ class OpProfile:
     ops: tuple[OpRecord, ...]
     last_needed: int  # the last op a re-run dispatches (-1: none): where the last save happens
     on_cuda: bool = False  # measured with CUDA tensors
+    # On CPU, what running the layer selectively costs besides the time of the ops it re-runs
+    # (see measure_modes): (the forward under SAC's caching mode over the plain forward, a
+    # re-run that finds every cacheable op cached). None on CUDA, where the modes' cost is host
+    # time that overlaps the kernels already queued, and where it could not be measured.
+    modes_seconds: tuple[float, float] | None = None
 
-    def dispatches(self) -> int:
-        """Ops a selective run sends through SAC's dispatch modes: its forward's, then its
-        re-run's (up to the last needed op, cached ones included)."""
-        return len(self.ops) + self.last_needed + 1
+    @property
+    def uncached_floor_seconds(self) -> float:
+        """The ops a re-run dispatches that are never cached (views, random ops, ...)."""
+        return sum(op.seconds for op in self.ops[: self.last_needed + 1] if not op.cacheable)
 
     @property
     def rerun_seconds(self) -> float:
@@ -222,7 +228,56 @@ def profile_ops(
     on_cuda = recorder.device_sync
     del recorder
     _synchronize(args)
-    return OpProfile(tuple(ops), last_needed, on_cuda)
+    profile = OpProfile(tuple(ops), last_needed, on_cuda)
+    if on_cuda:
+        return profile
+    return replace(profile, modes_seconds=measure_modes(function, args, kwargs, profile, repeats))
+
+
+def measure_modes(
+    function: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    profile: OpProfile,
+    repeats: int,
+) -> tuple[float, float] | None:
+    """What SAC adds to a selective run of this layer on CPU besides the ops it re-runs, measured
+    on the layer itself (the least of 2 + `repeats` runs each): its forward under SAC's caching
+    mode, with every cacheable op cached, over the plain forward; and its re-run under the cached
+    mode, less the ops past the last needed one (a re-run in backward stops before them). On a
+    small CPU layer this is a real share of its time: each op passes through Python (the modes
+    and the policy), and a re-run still runs the layer's Python and autograd for the ops it
+    takes from the cache. None when the layer does not replay the same ops (data-dependent
+    control flow): its selective options then pay their ops' time alone."""
+    names = tuple(op.name for op in profile.ops)
+    everything = frozenset(i for i, op in enumerate(profile.ops) if op.cacheable)
+    now = clock()
+    plain: list[float] = []
+    caching: list[float] = []
+    cached: list[float] = []
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a diverging policy's: no figure
+            for _ in range(2 + repeats):
+                policy = _Policy(names, everything, "profiling")
+                forward, rerun = create_selective_checkpoint_contexts(policy)
+                for times, mode in ((plain, contextlib.nullcontext()), (caching, forward)):
+                    start = now()
+                    with mode, torch.enable_grad():
+                        out = function(*args, **kwargs)
+                    times.append(now() - start)
+                    del out
+                start = now()
+                with rerun, torch.enable_grad():
+                    out = function(*args, **kwargs)
+                cached.append(now() - start)
+                del out
+                if policy.diverged:
+                    return None
+    except RuntimeError:  # the re-run met an op the caching forward did not run
+        return None
+    after = sum(op.seconds for op in profile.ops[profile.last_needed + 1 :])
+    return max(0.0, min(caching) - min(plain)), max(0.0, min(cached) - after)
 
 
 def menu(profile: OpProfile, entries: int = 12) -> list[MenuEntry]:
@@ -345,46 +400,6 @@ def context_fn(profile: OpProfile, entry: MenuEntry, label: str) -> Callable[[],
     return contexts
 
 
-_DISPATCH_OVERHEAD: list[float] = []  # measured once per process
-
-
-def cpu_dispatch_overhead() -> float:
-    """Seconds SAC's two dispatch modes and remat's policy add to each op they see, on CPU:
-    a chain of tiny ops re-run under a selective region that caches nothing, against the same
-    chain in a plain region (least of a few runs). On a small CPU model this is a real share of
-    a block's time (tens of microseconds an op against a few for its kernel), so the planner
-    charges it to every selective option. On CUDA it is host time that overlaps the kernels
-    already queued when the GPU is busy, and it is not charged."""
-    if not _DISPATCH_OVERHEAD:
-        from torch.utils.checkpoint import checkpoint
-
-        count = 64
-        x = torch.ones(16, requires_grad=True)
-
-        def chain(h: torch.Tensor) -> torch.Tensor:
-            for _ in range(count):
-                h = h * 1.0
-            return h
-
-        names = ("aten.mul.Tensor",) * count
-        records = tuple(OpRecord(n, 64, 0.0, True) for n in names)
-        contexts = context_fn(OpProfile(records, count - 1), MenuEntry(frozenset(), 0, 0.0), "")
-        now = clock()
-
-        def run(selective: bool) -> float:
-            extra = {"context_fn": contexts} if selective else {}
-            start = now()
-            checkpoint(chain, x, use_reentrant=False, **extra).sum().backward()
-            return now() - start
-
-        for selective in (True, False):  # warm-up
-            run(selective)
-        with_modes = min(run(True) for _ in range(5))
-        plain = min(run(False) for _ in range(5))
-        _DISPATCH_OVERHEAD.append(max(0.0, (with_modes - plain) / (2 * count)))
-    return _DISPATCH_OVERHEAD[0]
-
-
 def describe(profile: OpProfile, entry: MenuEntry) -> str:
     """Which ops an entry keeps, for a plan's table: 'keeps 4 of 31 ops: aten.mm x3, ...'."""
     kept = [profile.ops[i].name.replace(".default", "") for i in sorted(entry.cached)]
@@ -408,7 +423,14 @@ def median_seconds(profiles: list[OpProfile]) -> OpProfile:
         )
         for i, op in enumerate(first.ops)
     )
-    return OpProfile(ops, first.last_needed, first.on_cuda)
+    modes = [p.modes_seconds for p in profiles]
+    measured = None
+    if all(m is not None for m in modes):
+        measured = (
+            statistics.median(m[0] for m in modes),  # type: ignore[index]
+            statistics.median(m[1] for m in modes),  # type: ignore[index]
+        )
+    return OpProfile(ops, first.last_needed, first.on_cuda, measured)
 
 
 __all__ = ["MenuEntry", "OpProfile", "OpRecord", "context_fn", "describe", "menu", "profile_ops"]
