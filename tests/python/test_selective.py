@@ -104,7 +104,7 @@ def test_modes_cost_is_measured_on_the_layer_and_charged_to_selective_options(na
     layer, h = layer_and_input(name)
     with _PreservedState([layer], {h.device}):
         ops = selective.profile_ops(layer, (h,), {}, set(), repeats=1)
-    assert ops.modes_seconds is not None
+    assert ops.replays and ops.modes_seconds is not None
     forward_extra, cached_rerun = ops.modes_seconds
     assert forward_extra >= 0 and cached_rerun > 0  # a re-run still runs the layer's Python
     floor = ops.uncached_floor_seconds
@@ -134,17 +134,27 @@ class _EveryOtherCallDiffers(torch.nn.Module):
         return y * 2.0 if self.calls % 2 else y
 
 
-def test_modes_cost_is_not_measured_when_the_layer_replays_other_ops():
-    """A layer that does not replay the ops it was profiled with has no modes figure (its
-    options then pay their ops alone), and profiling it raises nothing and warns nothing."""
+def test_a_layer_sac_does_not_replay_gets_no_selective_options():
+    """A layer that does not replay the ops it was profiled with (here every other call runs
+    one more op) is found out while it is profiled, without an error or a warning, and is
+    planned as a block: under SAC its backward would fail (an op the caching forward did not
+    run) or its policy diverge from the plan."""
+    from remat.eager.profile import LayerProfile, Profile, with_menus
+
     layer = _EveryOtherCallDiffers()
     x = torch.randn(4, 8, requires_grad=True)
-    names = ("aten.t.default", "aten.addmm.default", "aten.relu.default", "aten.mul.Tensor")
-    records = tuple(selective.OpRecord(n, 128, 1e-5, "addmm" in n or "relu" in n) for n in names)
-    ops = selective.OpProfile(records, 2)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert selective.measure_modes(layer, (x,), {}, ops, repeats=1) is None
+        with _PreservedState([layer], {x.device}):
+            ops = selective.profile_ops(layer, (x,), {}, set(), repeats=1)
+    assert not ops.replays and ops.modes_seconds is None
+    assert any(op.cacheable for op in ops.ops)  # it would have had a menu
+    replaying = dataclasses.replace(ops, replays=True)
+    layer_profile = LayerProfile("layer", 1024, 128, False, 1e-3)
+    profile = Profile(128, (layer_profile, layer_profile), 0.0)
+    planned = with_menus(profile, [ops, replaying])
+    assert planned.layers[0].options == () and planned.selective[0] is None
+    assert planned.layers[1].options and planned.selective[1] is not None
 
 
 class _Stacked:

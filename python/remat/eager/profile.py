@@ -252,7 +252,7 @@ def with_menus(profile: Profile, ops: Sequence[Any]) -> Profile:
         return profile
     layers, selective = [], []
     for layer, op_profile in zip(profile.layers, ops):
-        if op_profile is None:
+        if op_profile is None or not op_profile.replays:  # planned as a block (see replays)
             layers.append(layer)
             selective.append(None)
             continue

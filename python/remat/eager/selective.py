@@ -78,6 +78,11 @@ class OpProfile:
     # re-run that finds every cacheable op cached). None on CUDA, where the modes' cost is host
     # time that overlaps the kernels already queued, and where it could not be measured.
     modes_seconds: tuple[float, float] | None = None
+    # SAC's modes replayed the layer: a forward under the caching mode, then a re-run under the
+    # cached one, dispatched the profiled ops without a mismatch (see measure_modes). When not
+    # (data-dependent ops; autocast's weight-cast cache hit in one run and missed in another),
+    # the layer gets no selective options: SAC would fail in backward, or diverge from the plan.
+    replays: bool = True
 
     @property
     def uncached_floor_seconds(self) -> float:
@@ -229,9 +234,8 @@ def profile_ops(
     del recorder
     _synchronize(args)
     profile = OpProfile(tuple(ops), last_needed, on_cuda)
-    if on_cuda:
-        return profile
-    return replace(profile, modes_seconds=measure_modes(function, args, kwargs, profile, repeats))
+    modes = measure_modes(function, args, kwargs, profile, repeats)
+    return replace(profile, modes_seconds=None if on_cuda else modes, replays=modes is not None)
 
 
 def measure_modes(
@@ -241,14 +245,15 @@ def measure_modes(
     profile: OpProfile,
     repeats: int,
 ) -> tuple[float, float] | None:
-    """What SAC adds to a selective run of this layer on CPU besides the ops it re-runs, measured
-    on the layer itself (the least of 2 + `repeats` runs each): its forward under SAC's caching
-    mode, with every cacheable op cached, over the plain forward; and its re-run under the cached
-    mode, less the ops past the last needed one (a re-run in backward stops before them). On a
-    small CPU layer this is a real share of its time: each op passes through Python (the modes
-    and the policy), and a re-run still runs the layer's Python and autograd for the ops it
-    takes from the cache. None when the layer does not replay the same ops (data-dependent
-    control flow): its selective options then pay their ops' time alone."""
+    """What SAC adds to a selective run of this layer besides the ops it re-runs, measured on the
+    layer itself (the least of 2 + `repeats` runs each): its forward under SAC's caching mode,
+    with every cacheable op cached, over the plain forward; and its re-run under the cached mode,
+    less the ops past the last needed one (a re-run in backward stops before them). On a small
+    CPU layer this is a real share of its time: each op passes through Python (the modes and the
+    policy), and a re-run still runs the layer's Python and autograd for the ops it takes from
+    the cache (on CUDA the figures are host time, not charged). None when SAC does not replay the
+    layer: the policy met other ops than the profiled ones, or the re-run an op the caching
+    forward did not run (data-dependent control flow, autocast's weight-cast cache)."""
     names = tuple(op.name for op in profile.ops)
     everything = frozenset(i for i, op in enumerate(profile.ops) if op.cacheable)
     now = clock()
@@ -430,7 +435,8 @@ def median_seconds(profiles: list[OpProfile]) -> OpProfile:
             statistics.median(m[0] for m in modes),  # type: ignore[index]
             statistics.median(m[1] for m in modes),  # type: ignore[index]
         )
-    return OpProfile(ops, first.last_needed, first.on_cuda, measured)
+    replays = all(p.replays for p in profiles)
+    return OpProfile(ops, first.last_needed, first.on_cuda, measured, replays)
 
 
 __all__ = ["MenuEntry", "OpProfile", "OpRecord", "context_fn", "describe", "menu", "profile_ops"]
