@@ -246,7 +246,7 @@ def measure_modes(
     repeats: int,
 ) -> tuple[float, float] | None:
     """What SAC adds to a selective run of this layer besides the ops it re-runs, measured on the
-    layer itself (the least of 2 + `repeats` runs each): its forward under SAC's caching mode,
+    layer itself (the least of 1 + `repeats` runs each): its forward under SAC's caching mode,
     with every cacheable op cached, over the plain forward; and its re-run under the cached mode,
     less the ops past the last needed one (a re-run in backward stops before them). On a small
     CPU layer this is a real share of its time: each op passes through Python (the modes and the
@@ -263,7 +263,7 @@ def measure_modes(
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a diverging policy's: no figure
-            for _ in range(2 + repeats):
+            for _ in range(1 + repeats):
                 policy = _Policy(names, everything, "profiling")
                 forward, rerun = create_selective_checkpoint_contexts(policy)
                 for times, mode in ((plain, contextlib.nullcontext()), (caching, forward)):
