@@ -86,7 +86,8 @@ def main() -> None:
         times = {key: step(key) for key in order}
         for i in extra:
             extra[i].append(times[i] - times[None])
-    forward_extra, cached_rerun = ops.modes_seconds or (0.0, 0.0)
+    caching_forward, cached_rerun = ops.modes_seconds or (forward, 0.0)
+    forward_extra = max(0.0, caching_forward - forward)
     lines = [
         "# What a selective region of one block costs: predicted against measured",
         "",
@@ -105,7 +106,7 @@ def main() -> None:
         "| ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for entry, samples in zip(picked, extra.values()):
-        predicted = _option_seconds(ops, entry, scale)
+        predicted = _option_seconds(ops, entry, scale, forward)
         before = entry.recompute_seconds * scale
         if entry.cached:
             before += args.per_op_us * 1e-6 * dispatches

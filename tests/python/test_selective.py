@@ -105,17 +105,21 @@ def test_modes_cost_is_measured_on_the_layer_and_charged_to_selective_options(na
     with _PreservedState([layer], {h.device}):
         ops = selective.profile_ops(layer, (h,), {}, set(), repeats=1)
     assert ops.replays and ops.modes_seconds is not None
-    forward_extra, cached_rerun = ops.modes_seconds
-    assert forward_extra >= 0 and cached_rerun > 0  # a re-run still runs the layer's Python
+    caching_forward, cached_rerun = ops.modes_seconds
+    assert caching_forward > 0 and cached_rerun > 0  # a re-run still runs the layer's Python
+    plain_forward = caching_forward / 2  # as if the modes doubled the forward
+    forward_extra = caching_forward - plain_forward
     floor = ops.uncached_floor_seconds
     assert 0 < floor < ops.rerun_seconds  # views are never cached, but take little time
     entries = selective.menu(ops)
     for entry in entries:
-        seconds = _option_seconds(ops, entry, 2.0)
+        seconds = _option_seconds(ops, entry, 2.0, plain_forward)
         if entry.cached:
             expected = (entry.recompute_seconds - floor) * 2.0 + forward_extra + cached_rerun
             assert seconds == pytest.approx(expected)
             assert seconds >= forward_extra + cached_rerun
+            slower = _option_seconds(ops, entry, 2.0, 2 * caching_forward)  # modes cost nothing
+            assert slower == pytest.approx(seconds - forward_extra)
         else:
             assert seconds == pytest.approx(entry.recompute_seconds * 2.0)
 

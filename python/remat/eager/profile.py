@@ -243,9 +243,9 @@ def with_menus(profile: Profile, ops: Sequence[Any]) -> Profile:
     Op times are measured one op at a time under a dispatch mode, which adds overhead per op;
     they are scaled so that a layer's ops add up to its measured forward time, the unit every
     other time in the profile is in. An option that keeps ops runs under SAC's modes: on CPU it
-    pays what they were measured to add to this layer (`selective.measure_modes`: the caching
-    forward's extra time, and a re-run that finds every cacheable op cached) plus the ops it
-    re-runs besides; one that keeps none runs as a plain region."""
+    pays what they were measured to take on this layer (`selective.measure_modes`: the caching
+    forward over the layer's forward time, and a re-run that finds every cacheable op cached)
+    plus the ops it re-runs besides; one that keeps none runs as a plain region."""
     from .selective import menu
 
     if not any(o is not None for o in ops):
@@ -259,18 +259,23 @@ def with_menus(profile: Profile, ops: Sequence[Any]) -> Profile:
         total = sum(op.seconds for op in op_profile.ops)
         scale = layer.forward_seconds / total if total > 0 else 1.0
         entries = tuple(menu(op_profile))
-        options = tuple((e.held_bytes, _option_seconds(op_profile, e, scale)) for e in entries)
+        options = tuple(
+            (e.held_bytes, _option_seconds(op_profile, e, scale, layer.forward_seconds))
+            for e in entries
+        )
         layers.append(replace(layer, options=options))
         selective.append((op_profile, entries))
     return replace(profile, layers=tuple(layers), selective=tuple(selective))
 
 
-def _option_seconds(op_profile: Any, entry: Any, scale: float) -> float:
-    """The re-run time of one menu entry, in the profile's unit (see with_menus)."""
+def _option_seconds(op_profile: Any, entry: Any, scale: float, forward_seconds: float) -> float:
+    """The re-run time of one menu entry, in the profile's unit (see with_menus): an entry that
+    keeps ops pays its caching forward's time over the plain forward (`forward_seconds`) too."""
     if not entry.cached or op_profile.modes_seconds is None:
         return entry.recompute_seconds * scale
-    forward_extra, cached_rerun = op_profile.modes_seconds
+    caching_forward, cached_rerun = op_profile.modes_seconds
     rerun_ops = entry.recompute_seconds - op_profile.uncached_floor_seconds
+    forward_extra = max(0.0, caching_forward - forward_seconds)
     return max(0.0, rerun_ops) * scale + forward_extra + cached_rerun
 
 

@@ -31,7 +31,6 @@ times every op (synchronizing the device around it), the least of a few runs.
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import warnings
 from dataclasses import dataclass, replace
@@ -73,10 +72,10 @@ class OpProfile:
     ops: tuple[OpRecord, ...]
     last_needed: int  # the last op a re-run dispatches (-1: none): where the last save happens
     on_cuda: bool = False  # measured with CUDA tensors
-    # On CPU, what running the layer selectively costs besides the time of the ops it re-runs
-    # (see measure_modes): (the forward under SAC's caching mode over the plain forward, a
-    # re-run that finds every cacheable op cached). None on CUDA, where the modes' cost is host
-    # time that overlaps the kernels already queued, and where it could not be measured.
+    # On CPU, what running the layer selectively takes besides the ops it re-runs (see
+    # measure_modes): (its forward under SAC's caching mode, a re-run that finds every
+    # cacheable op cached). None on CUDA, where the modes' cost is host time that overlaps the
+    # kernels already queued, and where it could not be measured.
     modes_seconds: tuple[float, float] | None = None
     # SAC's modes replayed the layer: a forward under the caching mode, then a re-run under the
     # cached one, dispatched the profiled ops without a mismatch (see measure_modes). When not
@@ -195,9 +194,11 @@ def profile_ops(
     args, kwargs = _detached(args), _detached(kwargs)
     recorder, saved, outputs = _record(function, args, kwargs, excluded)
     seconds = [[s] for s in recorder.seconds]
+    same_ops = True
     for _ in range(repeats):
         again, _, _ = _record(function, args, kwargs, excluded)
         if again.names != recorder.names:  # data-dependent ops: keep the first run's times
+            same_ops = False
             break
         for times, s in zip(seconds, again.seconds):
             times.append(s)
@@ -234,7 +235,7 @@ def profile_ops(
     del recorder
     _synchronize(args)
     profile = OpProfile(tuple(ops), last_needed, on_cuda)
-    modes = measure_modes(function, args, kwargs, profile, repeats)
+    modes = measure_modes(function, args, kwargs, profile, repeats) if same_ops else None
     return replace(profile, modes_seconds=None if on_cuda else modes, replays=modes is not None)
 
 
@@ -245,44 +246,41 @@ def measure_modes(
     profile: OpProfile,
     repeats: int,
 ) -> tuple[float, float] | None:
-    """What SAC adds to a selective run of this layer besides the ops it re-runs, measured on the
-    layer itself (the least of 1 + `repeats` runs each): its forward under SAC's caching mode,
-    with every cacheable op cached, over the plain forward; and its re-run under the cached mode,
-    less the ops past the last needed one (a re-run in backward stops before them). On a small
-    CPU layer this is a real share of its time: each op passes through Python (the modes and the
-    policy), and a re-run still runs the layer's Python and autograd for the ops it takes from
-    the cache (on CUDA the figures are host time, not charged). None when SAC does not replay the
-    layer: the policy met other ops than the profiled ones, or the re-run an op the caching
-    forward did not run (data-dependent control flow, autocast's weight-cast cache)."""
+    """What a selective run of this layer takes besides the ops it re-runs, measured on the layer
+    itself (the least of max(1, `repeats`) runs each): its forward under SAC's caching mode, every
+    cacheable op cached (with_menus charges what it takes over the plain forward, the layer's
+    measured forward time); and its re-run under the cached mode, less the ops past the last
+    needed one (a re-run in backward stops before them). On a small CPU layer the modes are a
+    real share of its time: each op passes through Python (the modes and the policy), and a
+    re-run still runs the layer's Python and autograd for the ops it takes from the cache (on
+    CUDA the figures are host time, not charged). None when SAC does not replay the layer: the
+    caching forward ran other ops than the profiled ones, or the re-run an op the caching forward
+    did not run (data-dependent control flow, autocast's weight-cast cache). profile_ops does
+    not call it for a layer whose profiling runs already differed."""
     names = tuple(op.name for op in profile.ops)
     everything = frozenset(i for i, op in enumerate(profile.ops) if op.cacheable)
     now = clock()
-    plain: list[float] = []
     caching: list[float] = []
     cached: list[float] = []
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a diverging policy's: no figure
-            for _ in range(1 + repeats):
+            for _ in range(max(1, repeats)):
                 policy = _Policy(names, everything, "profiling")
-                forward, rerun = create_selective_checkpoint_contexts(policy)
-                for times, mode in ((plain, contextlib.nullcontext()), (caching, forward)):
+                for times, mode in zip(
+                    (caching, cached), create_selective_checkpoint_contexts(policy)
+                ):
                     start = now()
                     with mode, torch.enable_grad():
                         out = function(*args, **kwargs)
                     times.append(now() - start)
                     del out
-                start = now()
-                with rerun, torch.enable_grad():
-                    out = function(*args, **kwargs)
-                cached.append(now() - start)
-                del out
-                if policy.diverged:
+                if policy.diverged or policy.index != len(names):
                     return None
     except RuntimeError:  # the re-run met an op the caching forward did not run
         return None
     after = sum(op.seconds for op in profile.ops[profile.last_needed + 1 :])
-    return max(0.0, min(caching) - min(plain)), max(0.0, min(cached) - after)
+    return min(caching), max(0.0, min(cached) - after)
 
 
 def menu(profile: OpProfile, entries: int = 12) -> list[MenuEntry]:
