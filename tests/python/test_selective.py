@@ -8,8 +8,8 @@ re-run time counts."""
 from __future__ import annotations
 
 import dataclasses
-import warnings
 import sys
+import warnings
 
 import pytest
 import torch

@@ -31,7 +31,6 @@ times every op (synchronizing the device around it), the least of a few runs.
 
 from __future__ import annotations
 
-import statistics
 import warnings
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
@@ -411,30 +410,6 @@ def describe(profile: OpProfile, entry: MenuEntry) -> str:
         counts[name] = counts.get(name, 0) + 1
     listed = ", ".join(f"{n} x{c}" if c > 1 else n for n, c in counts.items())
     return f"keeps {len(kept)} of {len(profile.ops)} ops" + (f": {listed}" if listed else "")
-
-
-def median_seconds(profiles: list[OpProfile]) -> OpProfile:
-    """Profiles of the same layer (ranks, repeats) with each op's median time."""
-    first = profiles[0]
-    ops = tuple(
-        OpRecord(
-            op.name,
-            op.new_bytes,
-            statistics.median(p.ops[i].seconds for p in profiles),
-            op.cacheable,
-            op.why_not,
-        )
-        for i, op in enumerate(first.ops)
-    )
-    modes = [p.modes_seconds for p in profiles]
-    measured = None
-    if all(m is not None for m in modes):
-        measured = (
-            statistics.median(m[0] for m in modes),  # type: ignore[index]
-            statistics.median(m[1] for m in modes),  # type: ignore[index]
-        )
-    replays = all(p.replays for p in profiles)
-    return OpProfile(ops, first.last_needed, first.on_cuda, measured, replays)
 
 
 __all__ = ["MenuEntry", "OpProfile", "OpRecord", "context_fn", "describe", "menu", "profile_ops"]
