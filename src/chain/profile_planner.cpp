@@ -72,10 +72,14 @@
 //     suffix minima over j' of (T or 2 T)(1..j'-1) + rest serve every s. The F passes then take
 //     O(n (L + gap) C) rather than O(n^2 C).
 // The rows are filled by the machine's cores (at most 8) in a wavefront over start points
-// (fill_rows), every entry the same double as with one thread. A split is applied to a row in
-// blocks of m, and a block where the split's value at its last m is no lower than the row at its
-// first is skipped (lower_blocks): exact, and at tight budgets, where most splits improve few m,
-// it skips most of the fill's traffic. The full program is kept as
+// (fill_rows), every entry the same double as with one thread. Each filled row leaves its least
+// value (at its top) and its first finite m in two small arrays, laid out so that a row's splits
+// read them in one run. A split is applied only from the first m where both its parts are finite,
+// and only to the prefix of the row still above the split's least value (the sum of its parts'
+// least values, formed in the same order, is no higher than its value at any m); the prefix is
+// applied in blocks of m, and a block where the split's value at its last m is no lower than the
+// row at its first is skipped (lower_blocks). All three are exact, and at tight budgets, where
+// most splits improve few m, they skip most of the fill's traffic. The full program is kept as
 // plan_profile_reference (profile_reference.cpp) for the tests and the benchmark.
 #include "chain/profile_planner.hpp"
 
@@ -175,7 +179,16 @@ class BandProgram {
     pair_base_[static_cast<std::size_t>(n_)] = pairs;
     pairs_ = pairs;
     entries_ = entries;
+    // The pairs (j, t) of the band for one t have j in one range (last() does not fall with s):
+    // end_base_[t] + t - 1 - j indexes them, so a row's splits read their right parts' least
+    // values from one contiguous run.
+    end_base_.assign(static_cast<std::size_t>(n_) + 2, 0);
+    for (std::int64_t s = 0; s < n_; ++s) {
+      for (std::int64_t u = s + 1; u <= last(s); ++u) ++end_base_[static_cast<std::size_t>(u) + 1];
+    }
+    std::partial_sum(end_base_.begin(), end_base_.end(), end_base_.begin());
     return entries * sizeof(double) + (pairs + 1) * sizeof(std::size_t) +
+           pairs * 2 * sizeof(Least) + (static_cast<std::size_t>(n_) + 2) * sizeof(std::size_t) +
            (3 * static_cast<std::size_t>(n_) + 2) * row_size() * sizeof(double);
   }
 
@@ -237,6 +250,8 @@ class BandProgram {
     }
     row_offset_.push_back(entries);
     values_.assign(entries_, kInf);
+    least_by_start_.assign(pairs_, Least{});
+    least_by_end_.assign(pairs_, Least{});
     copy_kept();
     fill_rows();
     forget_kept();
@@ -382,6 +397,7 @@ class BandProgram {
               }
             }
             fill_r(s, t, known_from(s, t));
+            note_least(s, t);
             done[static_cast<std::size_t>(s)].store(t, std::memory_order_release);
           }
           done[static_cast<std::size_t>(s)].store(t1, std::memory_order_release);
@@ -419,24 +435,61 @@ class BandProgram {
     }
     const double floor = time(s + 1, t - 1);
     const std::int64_t ws = w(s);
+    // The least values of the parts (s, j) and (j, t), j = s + 1, s + 2, ...
+    const Least* left_least = least_by_start_.data() + pair_index(s, s + 1);
+    const Least* right_least =
+        least_by_end_.data() + end_base_[static_cast<std::size_t>(t)] + (t - 2 - s);
     std::int64_t need = ws;
     for (std::int64_t j = s + 1; j < t; ++j) {
       need = std::max(need, ws + w(j));
       if (need > stop) break;
-      const std::int64_t first = std::max(row_lo, need);
       // (a): every m whose best so far is below the floor of this split, and of every later
       // split, is settled. The best is non-increasing in m, so those m form a suffix.
       const double bound = (floor + time(s + 1, j - 1)) * (1 - kMargin) - slack();
-      if (row[first] < bound) break;
-      std::int64_t low = first, high = row_top + 1;  // row[low] >= bound; find the first below
+      if (row[std::max(row_lo, need)] < bound) break;
+      const Least& left_part = left_least[j - s - 1];
+      const Least& right_part = right_least[-(j - s - 1)];
+      // Below the first m where both parts are finite the split's value is infinite.
+      const std::int64_t first =
+          std::max({row_lo, need, left_part.finite_from, right_part.finite_from + ws});
+      if (first > stop || row[first] < bound) continue;
+      // The split's value at each m is no lower than at the top of both parts, formed in the
+      // same order (rounded sums are monotone): where the row is already no higher, it stays.
+      const double cost = time(s + 1, j);
+      const double least = cost + right_part.value + left_part.value;
+      if (least >= row[first]) continue;
+      std::int64_t low = first, high = row_top + 1;  // row[low] stays; find the first that does not
       while (high - low > 1) {
         const std::int64_t mid = low + (high - low) / 2;
-        (row[mid] < bound ? high : low) = mid;
+        (row[mid] < bound || row[mid] <= least ? high : low) = mid;
       }
       // The known part of the row is final and no higher than the rest: the search above finds
       // the same end below it as on a row filled from scratch.
-      relax(row, first, std::min(high, stop + 1), time(s + 1, j), s, j, t);
+      relax(row, first, std::min(high, stop + 1), cost, s, j, t);
     }
+  }
+
+  // Records R(s, t, top), the least value of the row (it only falls with m), for the splits of
+  // longer segments that have (s, t) as a part.
+  void note_least(std::int64_t s, std::int64_t t) {
+    Least least;
+    const std::int64_t row_lo = lo(s, t), row_top = top(s, t);
+    if (row_lo <= row_top) {
+      const double* row = r(s, t) - row_lo;
+      least.value = row[row_top];
+      if (least.value < kInf) {
+        // The row falls with m: its finite entries are a suffix.
+        std::int64_t low = row_lo - 1, high = row_top;  // row[high] finite; row[low] not or none
+        while (high - low > 1) {
+          const std::int64_t mid = low + (high - low) / 2;
+          (row[mid] < kInf ? high : low) = mid;
+        }
+        least.finite_from = high;
+      }
+    }
+    least_by_start_[pair_index(s, t)] = least;
+    least_by_end_[end_base_[static_cast<std::size_t>(t)] + static_cast<std::size_t>(t - 1 - s)] =
+        least;
   }
 
   // The first m of (s, t) that the kept band stored (past row_top if none).
@@ -700,8 +753,16 @@ class BandProgram {
   std::vector<std::int64_t> weight_, weight_prefix_;
   std::vector<double> time_prefix_, times_;
   std::vector<std::int64_t> last_;  // per s: the last t <= s + L with W(s, t) <= C + delta, or s+1
-  std::vector<std::size_t> pair_base_, row_offset_;
+  std::vector<std::size_t> pair_base_, row_offset_, end_base_;
   std::size_t pairs_ = 0, entries_ = 0;
+  // Of each row, filled with it: R(s, t, top(s, t)), the least value (it only falls with m), and
+  // the first m where it is finite (past the top if none).
+  struct Least {
+    double value = kInf;
+    std::int64_t finite_from = std::numeric_limits<std::int64_t>::max() / 4;
+  };
+  // By pair_index, and by end point (end_base_).
+  std::vector<Least> least_by_start_, least_by_end_;
   std::vector<double> values_, f_;
   // The band filled before this one (a narrower one: bands only widen), while this one is filled.
   struct Kept {
