@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 import re
 
 _UNITS = {
@@ -21,14 +22,16 @@ _PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\
 
 
 def parse_bytes(value: int | float | str, field: str = "memory_budget") -> int:
-    """Bytes from an int, a float or a string with a unit (KB/MB/GB/TB are powers of 1000,
-    KiB/MiB/GiB/TiB powers of 1024). Rounds down to whole bytes; raises ValueError naming
-    `field` for anything else."""
-    if isinstance(value, bool):
+    """Bytes from an int, a float (numpy's included) or a string with a unit (KB/MB/GB/TB are
+    powers of 1000, KiB/MiB/GiB/TiB powers of 1024). Rounds down to whole bytes; raises
+    ValueError naming `field` for anything else."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
         raise ValueError(f"{field}: expected bytes, got a bool")
-    if isinstance(value, (int, float)):
+    if isinstance(value, numbers.Integral):
         # An int stays exact: through a float 2**60 - 1 rounds up and 10**400 overflows.
-        number, scale = value, 1
+        number, scale = int(value), 1
+    elif isinstance(value, numbers.Real):
+        number, scale = float(value), 1
     elif isinstance(value, str):
         match = _PATTERN.match(value)
         unit = match.group(2).lower() if match else None
@@ -40,7 +43,7 @@ def parse_bytes(value: int | float | str, field: str = "memory_budget") -> int:
         number, scale = float(match.group(1)), _UNITS[unit]
     else:
         raise ValueError(
-            f"{field}: expected bytes as an int or a string, got {type(value).__name__}"
+            f"{field}: expected bytes as a number or a string, got {type(value).__name__}"
         )
     if number < 0 or isinstance(number, float) and not math.isfinite(number):
         raise ValueError(f"{field}: {value!r} is not a finite number of bytes >= 0")

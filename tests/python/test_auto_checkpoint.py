@@ -277,7 +277,9 @@ class ObjectBlock(nn.Module):
 
 class ObjectsEveryStep(nn.Module):
     """Passes its blocks objects built anew each step (a frozen dataclass of tensors, an object of
-    its own) and a Python int that changes every step (a diffusion timestep)."""
+    its own) and a Python float that changes every step (a diffusion timestep). An int would
+    count by value (see test_an_int_argument_that_changes_what_a_block_saves_is_not_planned_past).
+    """
 
     def __init__(self, depth=4, width=32):
         super().__init__()
@@ -289,7 +291,7 @@ class ObjectsEveryStep(nn.Module):
         t = torch.arange(x.shape[-1], dtype=x.dtype)
         rotary, bias = Rotary(t.cos(), t.sin()), AttentionBias(t / 10, "causal")
         for layer in self.layers:
-            x = layer(x, rotary, bias, self.calls)
+            x = layer(x, rotary, bias, float(self.calls))
         return x
 
 
@@ -511,6 +513,104 @@ def test_objects_and_numbers_that_change_every_step_make_one_plan_and_are_not_ke
     gc.collect()
     assert len(handle.plans) == 1
     assert not any(ref() is not None for ref in alive[:-1])
+
+
+class Repeats(nn.Module):
+    """Runs its MLP on its input repeated `times` times: a Python int that sets what it saves."""
+
+    def __init__(self, width=32):
+        super().__init__()
+        self.mlp = MLPBlock(width)
+
+    def forward(self, x, times):
+        batch, length, width = x.shape
+        return x + self.mlp(x.repeat(1, times, 1)).view(batch, times, length, width).mean(1)
+
+
+class RepeatsEach(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(Repeats() for _ in range(4))
+
+    def forward(self, x, times):
+        for layer in self.layers:
+            x = layer(x, times)
+        return x
+
+
+def test_an_int_argument_that_changes_what_a_block_saves_is_not_planned_past():
+    # Ints counted by type only: the plan made at times=1 (two blocks plain) ran at times=8,
+    # saving 5x the budget (328 KiB) without a word, where one region a block holds 176 KiB.
+    torch.manual_seed(0)
+    model = RepeatsEach()
+    plain = copy.deepcopy(model)
+    x = torch.randn(2, 16, 32)
+    at_one = rt.measure(model, x, 1, verbose=False)
+    least_at_eight = rt.measure(model, x, 8, verbose=False).least_budget_bytes
+    budget = (at_one.least_budget_bytes + at_one.no_checkpoint_bytes) // 2
+    handle = rt.auto_checkpoint(model, memory_budget=budget)
+    model(x, 1).sum().backward()  # measures and plans
+    plain(x, 1).sum().backward()
+    assert handle.plan.regions and len(handle.plan.regions) < 4  # some blocks run plain
+    for step in range(3):
+        model.zero_grad()
+        plain.zero_grad()
+        with pytest.warns(RuntimeWarning, match="int values") if step == 0 else _no_warning():
+            with rt.SavedTensorMeter(model) as meter:
+                model(x, 8).sum().backward()
+        plain(x, 8).sum().backward()
+        # Every block ran as its own region: the least any plan holds at times=8.
+        assert meter.peak_bytes <= least_at_eight < budget * 8
+        assert all(
+            torch.equal(a.grad, b.grad) for a, b in zip(model.parameters(), plain.parameters())
+        )
+    # Each message once, however many steps repeat it.
+    assert len(handle.warnings) == 4 and len(set(handle.warnings)) == 4
+    model.zero_grad()
+    with _no_warning():
+        with rt.SavedTensorMeter(model) as meter:
+            model(x, 1).sum().backward()  # back on the plan
+    assert meter.peak_bytes <= handle.plan.predicted_peak_bytes <= budget
+
+
+class _no_warning(warnings.catch_warnings):
+    def __enter__(self):
+        super().__enter__()
+        warnings.simplefilter("error")
+
+
+def test_given_blocks_that_are_empty_or_never_run_are_named():
+    model = RepeatsEach()
+    with pytest.raises(ValueError, match="holds no modules"):
+        rt.auto_checkpoint(model, memory_budget="1MiB", blocks=[])
+    with pytest.raises(ValueError, match="holds no modules"):
+        rt.auto_checkpoint(model, memory_budget="1MiB", blocks=nn.ModuleList())
+    stranger = nn.Linear(32, 32)
+    handle = rt.auto_checkpoint(model, memory_budget="1MiB", blocks=[stranger])
+    with pytest.warns(RuntimeWarning, match="no block of blocks ran"):
+        model(torch.randn(2, 16, 32), 1).sum().backward()
+    assert handle.warnings and "budget is not kept" in handle.warnings[0]
+    handle.remove()
+
+
+def test_example_inputs_must_be_a_tuple():
+    # A bare tensor was read as a truth value ("Boolean value of Tensor with more than one value
+    # is ambiguous"), a one-element zero tensor as no inputs at all.
+    model = RepeatsEach()
+    for bad in (torch.randn(2, 16, 32), torch.zeros(())):
+        with pytest.raises(TypeError, match=r"example_inputs: expected a tuple"):
+            rt.auto_checkpoint(model, memory_budget="1MiB", example_inputs=bad)
+    with pytest.raises(TypeError, match="example_kwargs"):
+        rt.auto_checkpoint(model, memory_budget="1MiB", example_kwargs=[("times", 1)])
+    assert "forward" not in model.layers[0].__dict__  # nothing was left wrapped
+    handle = rt.auto_checkpoint(
+        model,
+        memory_budget="1MiB",
+        example_inputs=[torch.randn(2, 16, 32)],
+        example_kwargs={"times": 1},
+    )
+    assert handle.plan is not None
+    handle.remove()
 
 
 class ScalesItsInput(nn.Module):

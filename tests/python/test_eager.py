@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import sys
 
+import numpy
 import pytest
 import torch
 from torch import nn
@@ -64,13 +65,19 @@ def chain_budgets(model, blocks, x) -> tuple[eager.Profile, int, int]:
         ("7", 7),
         (3.9, 3),
         ("1e3 B", 1000),
+        # A budget computed with numpy (a fraction of a measured total, say).
+        (numpy.int64(2**40 + 1), 2**40 + 1),
+        (numpy.float32(1536.5), 1536),
     ],
 )
 def test_budgets_read_with_units(text, expected):
     assert parse_bytes(text) == expected
 
 
-@pytest.mark.parametrize("bad", ["", "two GB", "5 XB", "-1GB", "nan", -5, True, None, float("inf")])
+@pytest.mark.parametrize(
+    "bad",
+    ["", "two GB", "5 XB", "-1GB", "nan", -5, True, None, float("inf"), numpy.bool_(True)],
+)
 def test_unreadable_budgets_name_the_field(bad):
     with pytest.raises(ValueError, match="memory_budget"):
         parse_bytes(bad)

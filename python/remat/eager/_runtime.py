@@ -62,25 +62,27 @@ _AS_VALUES = (type(None), bool, str, bytes, torch.dtype, torch.device, torch.lay
 _OBJECT_DEPTH = 4  # how deep a signature looks into an object's fields
 
 
-def _signature(value: Any, depth: int = 0) -> Any:
+def _signature(value: Any, depth: int = 0, ints: bool = False) -> Any:
     """Shapes, dtypes, devices and requires_grad of a value's tensors, in its structure: what a
     plan made for one input holds for.
 
     It holds no reference to the value's objects and never calls their __eq__ or __hash__ (a
     frozen dataclass of tensors compares them elementwise). Python numbers count by their type
-    only: a timestep or a loss weight that changes every step makes no new plan (a number that
-    changes what a block saves, as a length, is then not seen; pass it as a tensor's shape).
-    Another object (a dataclass, an attention mask object rebuilt every step) counts by its type
-    and, field by field, what it holds."""
+    only: a timestep or a loss weight that changes every step makes no new plan. With `ints`,
+    Python ints count by value, as a block call's arguments do (an int can be a size, a repeat
+    count, that changes what the block saves). Another object (a dataclass, an attention mask
+    object rebuilt every step) counts by its type and, field by field, what it holds."""
     if isinstance(value, torch.Tensor):
         return ("tensor", tuple(value.shape), value.dtype, str(value.device), value.requires_grad)
     if isinstance(value, (list, tuple)):
-        return (type(value).__name__,) + tuple(_signature(v, depth) for v in value)
+        return (type(value).__name__,) + tuple(_signature(v, depth, ints) for v in value)
     if isinstance(value, dict):
         # Keys of mixed types do not sort by themselves.
         items = sorted(value.items(), key=lambda item: (type(item[0]).__name__, repr(item[0])))
-        return ("dict",) + tuple((_signature(k, depth), _signature(v, depth)) for k, v in items)
-    if isinstance(value, _AS_VALUES):
+        return ("dict",) + tuple(
+            (_signature(k, depth, ints), _signature(v, depth, ints)) for k, v in items
+        )
+    if isinstance(value, _AS_VALUES) or ints and type(value) is int:
         return ("value", type(value).__qualname__, value)
     if isinstance(value, (int, float, complex)):
         return ("number", type(value).__qualname__)
@@ -93,7 +95,7 @@ def _signature(value: Any, depth: int = 0) -> Any:
     if not isinstance(fields, dict):
         return ("object", kind)
     items = sorted(fields.items(), key=lambda item: str(item[0]))
-    return ("object", kind) + tuple((str(k), _signature(v, depth + 1)) for k, v in items)
+    return ("object", kind) + tuple((str(k), _signature(v, depth + 1, ints)) for k, v in items)
 
 
 def _autocast_state() -> tuple[Any, ...]:

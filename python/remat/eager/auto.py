@@ -103,7 +103,7 @@ class AutoCheckpoint:
         memory_budget: the budget in bytes.
         plans: every plan made so far, by input signature (per-block plans and chain plans).
         plan: the plan the last step followed (None before the first step).
-        warnings: what went off-plan, in the order it happened.
+        warnings: what went off-plan, each message once, in the order it first happened.
 
     ``remove()`` restores the blocks' (and the container's) own forward methods."""
 
@@ -202,9 +202,10 @@ class AutoCheckpoint:
         return self._names.get(id(module), type(module).__name__)
 
     def _warn(self, message: str) -> None:
-        self.warnings.append(message)
+        # Once each: a message repeated every step would grow the list all training.
         if message not in self._warned:
             self._warned.add(message)
+            self.warnings.append(message)
             warnings.warn(f"remat.auto_checkpoint: {message}", RuntimeWarning, stacklevel=4)
 
     # --- steps -------------------------------------------------------------------------------
@@ -235,11 +236,16 @@ class AutoCheckpoint:
     @torch.compiler.disable  # bookkeeping and planning: never traced
     def _end_step(self, _model: nn.Module, _args: Any, output: Any) -> None:
         step, self._step = self._step, None
-        if step is None or not step.calls and step.plan is None:
-            return
         # torch calls this hook (always_call) from its handler when the forward raised, with no
         # output: a step cut short measured only some blocks, and the next step measures again.
-        if output is None and sys.exc_info()[1] is not None:
+        cut_short = output is None and sys.exc_info()[1] is not None
+        if step is not None and not step.position and not step.chain_calls and not cut_short:
+            self._warn(
+                f"no block of {self.blocks.path} ran with gradients enabled during the model's "
+                "forward: nothing is checkpointed, and the budget is not kept. Pass blocks= the "
+                "modules the model's forward calls"
+            )
+        if step is None or not step.calls and step.plan is None or cut_short:
             return
         if not self._forward_only:
             self._pending.watch(output)
@@ -290,7 +296,7 @@ class AutoCheckpoint:
                     "forward calls the blocks"
                 )
             return original(*args, **kwargs)
-        signature = (_signature(args), _signature(kwargs))
+        signature = (_signature(args, ints=True), _signature(kwargs, ints=True))
         position = step.position
         step.position += 1
         if step.plan is None:
@@ -302,7 +308,9 @@ class AutoCheckpoint:
             self._warn(
                 f"block call {position} ({self._name(module)}) "
                 "does not match the plan made for these inputs (another block, other argument "
-                "shapes, or more calls); it runs as its own checkpoint region"
+                "shapes or int values, or more calls); it runs as its own checkpoint region. An "
+                "int that does not change what the block saves (a timestep, a step count) keeps "
+                "the plan when passed as a float or a tensor"
             )
             return self._run(module, original, args, kwargs, checkpointed=True)
         self.plan = step.plan
@@ -497,6 +505,16 @@ def auto_checkpoint(
     `plan_group` (default: all ranks; a ProcessGroup such as one stage's data-parallel replicas;
     "local" for none) plans from one agreed profile, and the plans are checked equal, so FSDP's
     gathers for re-runs match across ranks (see :mod:`remat.eager.distributed`)."""
+    if example_inputs is not None and not isinstance(example_inputs, (tuple, list)):
+        raise TypeError(
+            "example_inputs: expected a tuple of the model's positional arguments, got "
+            f"{type(example_inputs).__name__} (write example_inputs=(x,))"
+        )
+    if example_kwargs is not None and not isinstance(example_kwargs, dict):
+        raise TypeError(
+            "example_kwargs: expected a dict of keyword arguments, got "
+            f"{type(example_kwargs).__name__}"
+        )
     budget = parse_bytes(memory_budget)
     chosen = find_blocks(model, blocks)
     _log.info("auto_checkpoint: blocks %s", chosen.describe())
@@ -508,7 +526,7 @@ def auto_checkpoint(
     if example_inputs is not None or example_kwargs is not None:
         try:
             handle._forward_only = True  # no backward follows: no re-run can fail
-            _measure_forward(model, example_inputs or (), example_kwargs or {})
+            _measure_forward(model, tuple(example_inputs or ()), example_kwargs or {})
         except Exception:
             handle.remove()
             raise

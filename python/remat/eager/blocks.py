@@ -107,32 +107,12 @@ def find_blocks(
     Found: the model itself when it is a stock nn.Sequential; else, among its nn.ModuleList and
     nn.Sequential containers (lists of lists flattened), the one whose repeated class holds the
     most parameters, more members breaking ties, the outermost first."""
-    if isinstance(blocks, str):
-        target = _resolve(model, blocks)
-        path = blocks if blocks.startswith("model") else f"model.{blocks}"
-        if isinstance(target, _CONTAINERS):
-            return _from_container(target, path)
-        return Blocks(path, (target,), (path,), None)
-    if isinstance(blocks, nn.Module):
-        names = {id(m): f"model.{n}" if n else "model" for n, m in model.named_modules()}
-        path = names.get(id(blocks), f"<{type(blocks).__name__}>")
-        if isinstance(blocks, _CONTAINERS):
-            return _from_container(blocks, path)
-        return Blocks(path, (blocks,), (path,), None)
     if blocks is not None:
-        modules = list(blocks)
-        for index, module in enumerate(modules):
-            if not isinstance(module, nn.Module):
-                raise TypeError(
-                    f"blocks[{index}]: expected an nn.Module, got {type(module).__name__}"
-                )
-        names = {id(m): f"model.{n}" if n else "model" for n, m in model.named_modules()}
-        return Blocks(
-            "blocks",
-            tuple(modules),
-            tuple(names.get(id(m), f"blocks[{i}]") for i, m in enumerate(modules)),
-            None,
-        )
+        given = _given_blocks(model, blocks)
+        if not given.modules:
+            # Nothing would be checkpointed, and nothing would say so.
+            raise ValueError(f"blocks: {given.path} holds no modules to checkpoint")
+        return given
     if isinstance(model, nn.ModuleList):
         raise ValueError("model: an nn.ModuleList cannot be called; pass the model that runs it")
     if _is_stock_sequential(model):
@@ -150,3 +130,29 @@ def find_blocks(
             'pass blocks= (a dotted path such as "layers", a container, or a list of modules)'
         )
     return _from_container(best[2], best[1])
+
+
+def _given_blocks(model: nn.Module, blocks: str | nn.Module | Sequence[nn.Module]) -> Blocks:
+    if isinstance(blocks, str):
+        target = _resolve(model, blocks)
+        path = blocks if blocks.startswith("model") else f"model.{blocks}"
+        if isinstance(target, _CONTAINERS):
+            return _from_container(target, path)
+        return Blocks(path, (target,), (path,), None)
+    if isinstance(blocks, nn.Module):
+        names = {id(m): f"model.{n}" if n else "model" for n, m in model.named_modules()}
+        path = names.get(id(blocks), f"<{type(blocks).__name__}>")
+        if isinstance(blocks, _CONTAINERS):
+            return _from_container(blocks, path)
+        return Blocks(path, (blocks,), (path,), None)
+    modules = list(blocks)
+    for index, module in enumerate(modules):
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"blocks[{index}]: expected an nn.Module, got {type(module).__name__}")
+    names = {id(m): f"model.{n}" if n else "model" for n, m in model.named_modules()}
+    return Blocks(
+        "blocks",
+        tuple(modules),
+        tuple(names.get(id(m), f"blocks[{i}]") for i, m in enumerate(modules)),
+        None,
+    )
