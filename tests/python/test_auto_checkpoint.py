@@ -602,6 +602,11 @@ def test_example_inputs_must_be_a_tuple():
             rt.auto_checkpoint(model, memory_budget="1MiB", example_inputs=bad)
     with pytest.raises(TypeError, match="example_kwargs"):
         rt.auto_checkpoint(model, memory_budget="1MiB", example_kwargs=[("times", 1)])
+    # Bad planner options are named at the call too, not at the first step.
+    with pytest.raises(ValueError, match="slots"):
+        rt.auto_checkpoint(model, memory_budget="1MiB", slots=0)
+    with pytest.raises(ValueError, match="microbatches_in_flight"):
+        rt.auto_checkpoint(model, memory_budget="1MiB", microbatches_in_flight=-1)
     assert "forward" not in model.layers[0].__dict__  # nothing was left wrapped
     handle = rt.auto_checkpoint(
         model,
@@ -1073,3 +1078,29 @@ def test_first_step_memory_stays_within_the_budget_plus_the_plain_transient():
     transient = max(0, plain - saved_plain)  # what a plain step holds besides saved tensors
     assert first <= budget + transient + 2 * activation, (first, plain, budget)
     assert first < plain
+
+
+def test_measure_names_a_reentrant_checkpoint_inside_a_block():
+    # torch's own message spoke of .grad() and an `inputs` argument the user never passed.
+    class Reentrant(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mlp = MLPBlock(32)
+
+        def forward(self, x):
+            return torch.utils.checkpoint.checkpoint(self.mlp, x, use_reentrant=True)
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Linear(32, 32)
+            self.layers = nn.ModuleList(Reentrant() for _ in range(3))
+
+        def forward(self, x):
+            x = self.embed(x)
+            for layer in self.layers:
+                x = x + layer(x)
+            return x
+
+    with pytest.raises(RuntimeError, match="remat.measure: the model runs torch.utils.checkpoint"):
+        rt.measure(Model(), torch.randn(8, 32), verbose=False)

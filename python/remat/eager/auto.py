@@ -39,7 +39,7 @@ from .buffers import BufferReplay
 from .generators import measuring_now
 from .execution import Execution
 from . import distributed, selective
-from .planning import Plan, plan, plan_profile
+from .planning import Plan, _check_planner_options, plan, plan_profile
 from .profile import _region_overhead, measure_call
 
 _log = logging.getLogger("remat")
@@ -516,6 +516,7 @@ def auto_checkpoint(
             f"{type(example_kwargs).__name__}"
         )
     budget = parse_bytes(memory_budget)
+    _check_planner_options(slots, microbatches_in_flight)  # not only at the first step
     chosen = find_blocks(model, blocks)
     _log.info("auto_checkpoint: blocks %s", chosen.describe())
     if verbose:

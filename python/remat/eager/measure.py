@@ -108,7 +108,19 @@ def measure(
             out = model(*args, **kwargs)
             loss = (loss_fn or _default_loss)(out)
             if parameters:
-                torch.autograd.grad(loss, parameters, allow_unused=True)
+                try:
+                    torch.autograd.grad(loss, parameters, allow_unused=True)
+                except RuntimeError as error:
+                    if "use_reentrant=True" not in str(error):
+                        raise
+                    # torch's message speaks of .grad() and `inputs`, which the user never called.
+                    raise RuntimeError(
+                        "remat.measure: the model runs torch.utils.checkpoint with "
+                        "use_reentrant=True (as Hugging Face's gradient checkpointing once did), "
+                        "which cannot run under torch.autograd.grad, which measure uses to leave "
+                        ".grad as it was. Turn the model's own checkpointing off (remat plans the "
+                        "checkpointing) or pass use_reentrant=False"
+                    ) from error
             _synchronize(loss)
             seconds = now() - start
         made: Plan | None = handle.plan
