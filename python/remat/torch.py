@@ -34,6 +34,7 @@ from torch._functorch import partitioners
 from . import __version__
 from . import compiled as _compiled
 from ._solve import SOLVERS, Result, solve
+from ._validate import number
 from .compiled import BudgetTooSmall, GraphChoice, Tradeoff, tradeoff
 from .eager import distributed as _distributed
 from .units import parse_bytes
@@ -115,6 +116,13 @@ class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
             raise TypeError("max_candidates: expected an int >= 2")
         if max_candidates < 2:
             raise ValueError(f"max_candidates: expected an int >= 2, got {max_candidates}")
+        if time_limit is not None:
+            # Checked here, not first when a graph compiles (inside BackendCompilerFailed).
+            time_limit = number(time_limit, "time_limit")
+            if not time_limit > 0:
+                raise ValueError(
+                    f"time_limit: must be a positive number of seconds, got {time_limit!r}"
+                )
         self.solver = solver
         self.time_limit = time_limit
         self.memory_budget = None if memory_budget is None else parse_bytes(memory_budget)

@@ -489,6 +489,11 @@ void validate(const Profile& profile) {
   }
   std::int64_t total = profile.input_bytes;
   constexpr std::int64_t kLimit = std::int64_t{1} << 60;
+  // A layer runs at most n + 1 times a step (nested regions): past this the predicted recompute
+  // time would print as null.
+  const double time_limit =
+      std::numeric_limits<double>::max() / static_cast<double>(profile.layers.size() + 2);
+  double time = 0;
   for (std::size_t i = 0; i < profile.layers.size(); ++i) {
     const Layer& layer = profile.layers[i];
     if (layer.saved_bytes < 0) throw InputError("saved_bytes", i, "must be >= 0");
@@ -496,9 +501,17 @@ void validate(const Profile& profile) {
     if (!std::isfinite(layer.forward_time) || layer.forward_time < 0) {
       throw InputError("forward_time", i, "must be finite and >= 0");
     }
-    total += std::min(layer.saved_bytes, kLimit) + std::min(layer.output_bytes, kLimit);
+    time += layer.forward_time;
+    if (!(time <= time_limit)) {
+      throw InputError("forward_time", i,
+                       "the chain's times add up past what a step's total can hold in a double");
+    }
+    total += std::min(layer.saved_bytes, kLimit);
     if (total > kLimit) throw InputError("saved_bytes", i, "the chain's bytes add up past 2^60");
+    total += std::min(layer.output_bytes, kLimit);
+    if (total > kLimit) throw InputError("output_bytes", i, "the chain's bytes add up past 2^60");
     std::int64_t most_held = 0;
+    double most_recompute = 0;
     for (std::size_t k = 0; k < layer.options.size(); ++k) {
       const Option& option = layer.options[k];
       const std::string name = "option " + text::integer(static_cast<std::int64_t>(k));
@@ -506,10 +519,16 @@ void validate(const Profile& profile) {
       if (!std::isfinite(option.recompute_time) || option.recompute_time < 0) {
         throw InputError("options", i, name + ": recompute_time must be finite and >= 0");
       }
+      most_recompute = std::max(most_recompute, option.recompute_time);
       most_held = std::max(most_held, std::min(option.held_bytes, kLimit));
     }
     total += most_held;
     if (total > kLimit) throw InputError("options", i, "the chain's bytes add up past 2^60");
+    time += most_recompute;
+    if (!(time <= time_limit)) {
+      throw InputError("options", i,
+                       "the chain's times add up past what a step's total can hold in a double");
+    }
   }
 }
 

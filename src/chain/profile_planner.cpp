@@ -72,21 +72,23 @@
 //     suffix minima over j' of (T or 2 T)(1..j'-1) + rest serve every s. The F passes then take
 //     O(n (L + gap) C) rather than O(n^2 C).
 // The rows are filled by the machine's cores (at most 8) in a wavefront over start points
-// (fill_rows), every entry the same double as with one thread. Each filled row leaves its least
-// value (at its top) and its first finite m in two small arrays, laid out so that a row's splits
-// read them in one run. A split is applied only from the first m where both its parts are finite,
-// and only to the prefix of the row still above the split's least value (the sum of its parts'
-// least values, formed in the same order, is no higher than its value at any m); the prefix is
-// applied in blocks of m, and a block where the split's value at its last m is no lower than the
-// row at its first is skipped (lower_blocks). All three are exact, and at tight budgets, where
-// most splits improve few m, they skip most of the fill's traffic. The full program is kept as
-// plan_profile_reference (profile_reference.cpp) for the tests and the benchmark.
+// (fill_rows), every entry the same double as with one thread; they are allocated unwritten and
+// first written (infinite, then the kept band's rows) by all cores too (prepare_rows). Each filled
+// row leaves its least value (at its top) and its first finite m in two small arrays, laid out so
+// that a row's splits read them in one run. A split is applied only from the first m where both its
+// parts are finite, and only to the prefix of the row still above the split's least value (the sum
+// of its parts' least values, formed in the same order, is no higher than its value at any m); the
+// prefix is applied in blocks of m, and a block where the split's value at its last m is no lower
+// than the row at its first is skipped (lower_blocks). All three are exact, and at tight budgets,
+// where most splits improve few m, they skip most of the fill's traffic. The full program is kept
+// as plan_profile_reference (profile_reference.cpp) for the tests and the benchmark.
 #include "chain/profile_planner.hpp"
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <stdexcept>
 #include <system_error>
@@ -158,7 +160,7 @@ class BandProgram {
       kept_.pair_base = std::move(pair_base_);
       kept_.row_offset = std::move(row_offset_);
       kept_.values = std::move(values_);
-      values_.clear();
+      values_ = Rows{};
     }
     delta_ = delta;
     max_length_ = std::max<std::int64_t>(1, max_length);
@@ -249,10 +251,9 @@ class BandProgram {
       }
     }
     row_offset_.push_back(entries);
-    values_.assign(entries_, kInf);
+    prepare_rows();
     least_by_start_.assign(pairs_, Least{});
     least_by_end_.assign(pairs_, Least{});
-    copy_kept();
     fill_rows();
     forget_kept();
     fill_f();
@@ -404,13 +405,19 @@ class BandProgram {
         }
       }
     };
-    // The rows are shared out only once it is known how many threads started: one that cannot
-    // be started (a limit on threads) leaves fewer shares, never a share no one fills.
+    run_shares(wanted, fill_share);
+  }
+
+  // Runs work(share, threads) for share = 0 .. threads - 1 on up to `wanted` threads, this one
+  // included. The work is shared out only once it is known how many threads started: one that
+  // cannot be started (a limit on threads) leaves fewer shares, never a share no one does.
+  template <class Work>
+  static void run_shares(std::int64_t wanted, const Work& work) {
     std::atomic<std::int64_t> started{0};
     const auto helper = [&](std::int64_t share) {
       std::int64_t threads = 0;
       while ((threads = started.load(std::memory_order_acquire)) == 0) std::this_thread::yield();
-      if (share < threads) fill_share(share, threads);
+      if (share < threads) work(share, threads);
     };
     std::vector<std::thread> helpers;
     try {
@@ -419,8 +426,34 @@ class BandProgram {
     }
     const auto threads = static_cast<std::int64_t>(helpers.size()) + 1;
     started.store(threads, std::memory_order_release);
-    fill_share(0, threads);
+    work(0, threads);
     for (std::thread& h : helpers) h.join();
+  }
+
+  // Allocates the band's rows and writes them first, each thread a contiguous share of start
+  // points: infinite, then the kept band's rows copied in. A fresh allocation is faulted in on
+  // first touch, which took up to 3 s a band on one thread at 1000 layers and tight budgets.
+  void prepare_rows() {
+    values_.allocate(entries_);
+    const std::int64_t wanted = entries_ >= threads_from_ ? threads_ : 1;
+    run_shares(wanted, [&](std::int64_t share, std::int64_t threads) {
+      const auto first_entry = [&](std::int64_t s) {
+        return row_offset_[pair_base_[static_cast<std::size_t>(s)]];
+      };
+      // Start points from where the share's entries begin to where the next share's do.
+      std::int64_t s0 = 0, s1 = 0;
+      const auto start_of = [&](std::int64_t k) {
+        const std::size_t at =
+            entries_ / static_cast<std::size_t>(threads) * static_cast<std::size_t>(k);
+        std::int64_t s = 0;
+        while (s < n_ && first_entry(s) < at) ++s;
+        return k == threads ? n_ : s;
+      };
+      s0 = start_of(share);
+      s1 = start_of(share + 1);
+      std::fill(values_.data() + first_entry(s0), values_.data() + first_entry(s1), kInf);
+      copy_kept(s0, s1);
+    });
   }
 
   // The row of (s, t) below `known_from` (from it up, the row holds its values already).
@@ -500,11 +533,11 @@ class BandProgram {
     return std::max(w(s), total(s, t) - kept_.delta);
   }
 
-  // Copies the kept band's rows into this one's: a row's stored entries depend only on
-  // (s, t, m), never on the band, so they are this band's values too.
-  void copy_kept() {
+  // Copies the kept band's rows of start points [s0, s1) into this one's: a row's stored entries
+  // depend only on (s, t, m), never on the band, so they are this band's values too.
+  void copy_kept(std::int64_t s0, std::int64_t s1) {
     if (kept_.values.empty()) return;
-    for (std::int64_t s = 0; s < n_; ++s) {
+    for (std::int64_t s = s0; s < s1; ++s) {
       const std::int64_t kept_last = std::min(last(s), kept_.last[static_cast<std::size_t>(s)]);
       for (std::int64_t t = s + 1; t <= kept_last; ++t) {
         const std::int64_t from = known_from(s, t), row_top = top(s, t);
@@ -763,13 +796,30 @@ class BandProgram {
   };
   // By pair_index, and by end point (end_base_).
   std::vector<Least> least_by_start_, least_by_end_;
-  std::vector<double> values_, f_;
+  // A band's rows, allocated without writing them (prepare_rows writes them on every thread).
+  class Rows {
+   public:
+    void allocate(std::size_t size) {
+      data_.reset(new double[size]);
+      size_ = size;
+    }
+    double* data() { return data_.get(); }
+    const double* data() const { return data_.get(); }
+    std::size_t size() const { return size_; }
+    bool empty() const { return size_ == 0; }
+
+   private:
+    std::unique_ptr<double[]> data_;
+    std::size_t size_ = 0;
+  };
+  Rows values_;
+  std::vector<double> f_;
   // The band filled before this one (a narrower one: bands only widen), while this one is filled.
   struct Kept {
     std::int64_t delta = 0;
     std::vector<std::int64_t> last;
     std::vector<std::size_t> pair_base, row_offset;
-    std::vector<double> values;
+    Rows values;
   } kept_;
 };
 

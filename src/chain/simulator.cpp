@@ -3,6 +3,7 @@
 // actions on n layers runs in O(A + n) time and O(n) memory.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "common/text.hpp"
 #include "remat/chain.hpp"
@@ -49,10 +50,31 @@ void ChainProfile::validate() const {
     throw InputError("layers", std::nullopt, "activation sizes and times differ in length");
   }
   if (activation_bytes[0] < 0) throw InputError("input_bytes", std::nullopt, "is negative");
+  // Peaks are sums of sizes and recompute times sums of times, a layer run at most n times: past
+  // these limits they would wrap (a plan printed far under its true peak) or print as null.
+  constexpr std::int64_t kByteLimit = std::int64_t{1} << 60;
+  if (activation_bytes[0] > kByteLimit) {
+    throw InputError("input_bytes", std::nullopt,
+                     "(the first layer's output when not given) is past 2^60 bytes");
+  }
+  std::int64_t bytes = activation_bytes[0];
+  const double time_limit =
+      std::numeric_limits<double>::max() / static_cast<double>(activation_bytes.size());
+  double time = 0;
   for (std::size_t i = 1; i < activation_bytes.size(); ++i) {
     if (activation_bytes[i] < 0) throw InputError("layers", i - 1, "activation_bytes is negative");
     if (!std::isfinite(forward_time[i]) || forward_time[i] < 0) {
       throw InputError("layers", i - 1, "forward_time must be finite and >= 0");
+    }
+    bytes += std::min(activation_bytes[i], kByteLimit);
+    if (bytes > kByteLimit) {
+      throw InputError("layers", i - 1, "activation_bytes: the chain's bytes add up past 2^60");
+    }
+    time += forward_time[i];
+    if (!(time <= time_limit)) {
+      throw InputError("layers", i - 1,
+                       "forward_time: the chain's times add up past what a schedule's total "
+                       "(each layer run up to n times) can hold in a double");
     }
   }
 }

@@ -30,6 +30,10 @@ std::string read_input(const std::string& path);
 std::optional<std::int64_t> option_bytes(const std::optional<std::string>& text,
                                          const std::string& field);
 
+// --max-planner-bytes as a cap in bytes, 0 when not given (the solvers then take their default,
+// half of physical memory). A cap given as 0 bytes is refused, not read as "not given".
+std::size_t planner_cap(const std::optional<std::string>& text);
+
 // A failure whose message is complete as it is: main() prints "error: " + what() and exits with
 // exit_code() (used when a child process has already said what went wrong).
 class CommandError : public std::runtime_error {

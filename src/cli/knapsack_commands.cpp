@@ -41,6 +41,15 @@ std::optional<std::int64_t> option_bytes(const std::optional<std::string>& text,
   return io::parse_bytes(*text, field);
 }
 
+std::size_t planner_cap(const std::optional<std::string>& text) {
+  const std::int64_t cap = option_bytes(text, "max_planner_bytes").value_or(0);
+  if (text && cap < 1) {
+    throw InputError("max_planner_bytes", std::nullopt,
+                     "must be at least 1 byte (leave it out for the default, half the RAM)");
+  }
+  return static_cast<std::size_t>(cap);
+}
+
 namespace {
 
 struct CommonOptions {
@@ -57,8 +66,7 @@ void add_common(CLI::App* sub, CommonOptions& o) {
 }
 
 std::size_t planner_bytes(const CommonOptions& o) {
-  return static_cast<std::size_t>(
-      option_bytes(o.max_planner_bytes, "max_planner_bytes").value_or(0));
+  return planner_cap(o.max_planner_bytes);
 }
 
 std::string shell_quote(const std::string& text) {

@@ -1,6 +1,7 @@
 """The contract of `remat chain` and `remat estimate`, with the textbook's figures."""
 
 import json
+import re
 
 import pytest
 
@@ -402,3 +403,49 @@ def test_an_eager_profile_is_named(run):
         "remat chain --profile reads chain profiles"
     )
     assert "remat eager" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "layers, args, error",
+    [
+        # Sizes under the per-value cap whose sum wraps int64: a plan printed 9e18 bytes for a
+        # 300-byte budget, `--every 1` printed half the true peak, and `--budget 300` spun forever.
+        ([(9e18, 1), (9e18, 1)], ["--budget", "300"], r"past 2\^60"),
+        ([(5e17, 1), (9e17, 1)], ["--every", "1"], r"layers\[1\]: activation_bytes: .*past 2\^60"),
+        ([(5e17, 1), (9e17, 1)], ["--budget", "300"], r"layers\[1\]: activation_bytes"),
+        # Finite times whose total is not: the recompute time printed as null.
+        ([(8, 1e308), (8, 1e308), (8, 1e308)], ["--every", "3"], r"layers\[\d\]: forward_time"),
+    ],
+)
+def test_profiles_whose_totals_overflow_are_refused(run, tmp_path, layers, args, error):
+    profile = {
+        "input_bytes": 8,
+        "layers": [{"activation_bytes": b, "forward_time": t} for b, t in layers],
+    }
+    code, out, err = run("chain", "--profile", str(write(tmp_path, profile)), *args)
+    assert code == 2 and out == "", (code, out)
+    assert re.search(error, err), err
+
+
+def test_a_planner_cap_of_zero_is_refused(run, tmp_path):
+    # It was read as "not given": the default cap, half the RAM.
+    profile = {"layers": [{"activation_bytes": 8, "forward_time": 1}] * 3}
+    for cap in ("0", "0B", "0.5"):
+        code, _, err = run(
+            "chain",
+            "--profile",
+            str(write(tmp_path, profile)),
+            "--budget",
+            "64",
+            "--max-planner-bytes",
+            cap,
+        )
+        assert code == 2 and "max_planner_bytes: must be at least 1 byte" in err, err
+        code, _, err = run(
+            "solve",
+            "--max-planner-bytes",
+            cap,
+            "-",
+            stdin='{"memory": [1], "runtime": [1], "max_memory": 1}',
+        )
+        assert code == 2 and "max_planner_bytes: must be at least 1 byte" in err, err

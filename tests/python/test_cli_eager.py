@@ -69,6 +69,16 @@ def test_budget_below_the_minimum_states_it(run):
         (lambda p: p.update(region_overhead=-1), "region_overhead: must be finite and >= 0"),
         (lambda p: p.update(layers=[]), "layers: expected a non-empty array"),
         (lambda p: p.pop("input_bytes"), "input_bytes: missing"),
+        # The overflow was blamed on saved_bytes[0].
+        (
+            lambda p: [layer.update(output_bytes=5 * 10**17) for layer in p["layers"]],
+            "output_bytes[2]: the chain's bytes add up past 2^60",
+        ),
+        # The recompute time printed as null.
+        (
+            lambda p: [layer.update(forward_time=1e307) for layer in p["layers"]],
+            "the chain's times add up past what a step's total can hold in a double",
+        ),
         # A count of layers, once described as bytes.
         (
             lambda p: p.update(max_region_layers=1.5),

@@ -319,11 +319,19 @@ def test_plain_calls_replace_each_other_instead_of_stacking():
         ({"memory_budget": "lots"}, "memory_budget: cannot read 'lots'"),
         ({"memory_budget": -1}, "memory_budget: -1 is not a finite number"),
         ({"memory_budget": "1GiB", "max_candidates": 1}, "max_candidates: expected an int >= 2"),
+        # Once only raised when a graph compiled, wrapped in BackendCompilerFailed.
+        ({"time_limit": -1}, "time_limit: must be a positive number of seconds"),
+        ({"time_limit": float("nan")}, "time_limit: must be a positive number of seconds"),
     ],
 )
 def test_bad_arguments_name_the_field(kwargs, error):
     with pytest.raises(ValueError, match=error):
         rt.use(**kwargs)
+
+
+def test_a_time_limit_that_is_not_a_number_is_named_at_the_call():
+    with pytest.raises(TypeError, match="time_limit: expected a number"):
+        rt.use(time_limit="x")
 
 
 def test_a_graph_torch_decides_alone_is_still_checked():
