@@ -25,7 +25,7 @@ def parse_bytes(value: int | float | str, field: str = "memory_budget") -> int:
     """Bytes from an int, a float (numpy's included) or a string with a unit (KB/MB/GB/TB are
     powers of 1000, KiB/MiB/GiB/TiB powers of 1024). Rounds down to whole bytes; raises
     ValueError naming `field` for anything else."""
-    if isinstance(value, bool) or type(value).__name__ == "bool_":
+    if isinstance(value, bool):
         raise ValueError(f"{field}: expected bytes, got a bool")
     if isinstance(value, numbers.Integral):
         # An int stays exact: through a float 2**60 - 1 rounds up and 10**400 overflows.

@@ -441,7 +441,6 @@ class BandProgram {
         return row_offset_[pair_base_[static_cast<std::size_t>(s)]];
       };
       // Start points from where the share's entries begin to where the next share's do.
-      std::int64_t s0 = 0, s1 = 0;
       const auto start_of = [&](std::int64_t k) {
         const std::size_t at =
             entries_ / static_cast<std::size_t>(threads) * static_cast<std::size_t>(k);
@@ -449,8 +448,7 @@ class BandProgram {
         while (s < n_ && first_entry(s) < at) ++s;
         return k == threads ? n_ : s;
       };
-      s0 = start_of(share);
-      s1 = start_of(share + 1);
+      const std::int64_t s0 = start_of(share), s1 = start_of(share + 1);
       std::fill(values_.data() + first_entry(s0), values_.data() + first_entry(s1), kInf);
       copy_kept(s0, s1);
     });

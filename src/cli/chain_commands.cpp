@@ -84,10 +84,9 @@ std::string slots_note(std::int64_t requested, std::int64_t budget,
 
 void run_profile(const ChainOptions& o) {
   const std::optional<std::int64_t> budget = option_bytes(o.budget, "budget");
-  const std::size_t max_planner_bytes = planner_cap(o.max_planner_bytes);
+  const std::size_t cap = planner_cap(o.max_planner_bytes).value_or(default_max_planner_bytes());
   const chain::ChainProfile profile = io::read_profile(read_input(o.profile));
   profile.validate();
-  const std::size_t cap = max_planner_bytes ? max_planner_bytes : default_max_planner_bytes();
   json actions = json::array();
   const auto collect = [&](const chain::Action& a) { actions.push_back(action_json(a)); };
   const auto start = std::chrono::steady_clock::now();

@@ -30,9 +30,9 @@ std::string read_input(const std::string& path);
 std::optional<std::int64_t> option_bytes(const std::optional<std::string>& text,
                                          const std::string& field);
 
-// --max-planner-bytes as a cap in bytes, 0 when not given (the solvers then take their default,
-// half of physical memory). A cap given as 0 bytes is refused, not read as "not given".
-std::size_t planner_cap(const std::optional<std::string>& text);
+// --max-planner-bytes as a cap in bytes; nullopt when not given (the default is then half of
+// physical memory). A cap given as 0 bytes is refused, not read as "not given".
+std::optional<std::size_t> planner_cap(const std::optional<std::string>& text);
 
 // A failure whose message is complete as it is: main() prints "error: " + what() and exits with
 // exit_code() (used when a child process has already said what went wrong).

@@ -27,14 +27,13 @@ struct EagerOptions {
 
 void run(const EagerOptions& o) {
   const std::optional<std::int64_t> budget = option_bytes(o.budget, "budget");
-  const std::size_t max_planner_bytes = planner_cap(o.max_planner_bytes);
+  const std::size_t cap = planner_cap(o.max_planner_bytes).value_or(default_max_planner_bytes());
   if (o.slots && *o.slots < 1) throw InputError("slots", std::nullopt, "must be >= 1");
   const eager::Profile profile = io::read_eager_profile(read_input(o.profile));
   const auto start = std::chrono::steady_clock::now();
   const eager::Plan plan =
       budget ? eager::plan(profile, *budget,
-                           o.slots ? *o.slots : eager::default_slots(profile.layers.size()),
-                           max_planner_bytes ? max_planner_bytes : default_max_planner_bytes())
+                           o.slots ? *o.slots : eager::default_slots(profile.layers.size()), cap)
              : eager::minimum_memory_plan(profile);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

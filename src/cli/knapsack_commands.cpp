@@ -41,13 +41,14 @@ std::optional<std::int64_t> option_bytes(const std::optional<std::string>& text,
   return io::parse_bytes(*text, field);
 }
 
-std::size_t planner_cap(const std::optional<std::string>& text) {
-  const std::int64_t cap = option_bytes(text, "max_planner_bytes").value_or(0);
-  if (text && cap < 1) {
+std::optional<std::size_t> planner_cap(const std::optional<std::string>& text) {
+  const std::optional<std::int64_t> cap = option_bytes(text, "max_planner_bytes");
+  if (!cap) return std::nullopt;
+  if (*cap < 1) {
     throw InputError("max_planner_bytes", std::nullopt,
                      "must be at least 1 byte (leave it out for the default, half the RAM)");
   }
-  return static_cast<std::size_t>(cap);
+  return static_cast<std::size_t>(*cap);
 }
 
 namespace {
@@ -66,7 +67,7 @@ void add_common(CLI::App* sub, CommonOptions& o) {
 }
 
 std::size_t planner_bytes(const CommonOptions& o) {
-  return planner_cap(o.max_planner_bytes);
+  return planner_cap(o.max_planner_bytes).value_or(0);  // 0: the solver's default
 }
 
 std::string shell_quote(const std::string& text) {

@@ -140,8 +140,7 @@ def _given_blocks(model: nn.Module, blocks: str | nn.Module | Sequence[nn.Module
             return _from_container(target, path)
         return Blocks(path, (target,), (path,), None)
     if isinstance(blocks, nn.Module):
-        names = {id(m): f"model.{n}" if n else "model" for n, m in model.named_modules()}
-        path = names.get(id(blocks), f"<{type(blocks).__name__}>")
+        path = _paths(model).get(id(blocks), f"<{type(blocks).__name__}>")
         if isinstance(blocks, _CONTAINERS):
             return _from_container(blocks, path)
         return Blocks(path, (blocks,), (path,), None)
@@ -149,10 +148,15 @@ def _given_blocks(model: nn.Module, blocks: str | nn.Module | Sequence[nn.Module
     for index, module in enumerate(modules):
         if not isinstance(module, nn.Module):
             raise TypeError(f"blocks[{index}]: expected an nn.Module, got {type(module).__name__}")
-    names = {id(m): f"model.{n}" if n else "model" for n, m in model.named_modules()}
+    paths = _paths(model)
     return Blocks(
         "blocks",
         tuple(modules),
-        tuple(names.get(id(m), f"blocks[{i}]") for i, m in enumerate(modules)),
+        tuple(paths.get(id(m), f"blocks[{i}]") for i, m in enumerate(modules)),
         None,
     )
+
+
+def _paths(model: nn.Module) -> dict[int, str]:
+    """Each submodule's dotted path from the model, by id."""
+    return {id(m): f"model.{n}" if n else "model" for n, m in model.named_modules()}
