@@ -187,6 +187,33 @@ class NestedStages(nn.Module):
         return x
 
 
+class GatedBlock(nn.Module):
+    """Returns (x * gate, gate): sigmoid saves the gate, which the next block does not take."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.gate = nn.Linear(width, width)
+
+    def forward(self, x):
+        gate = torch.sigmoid(self.gate(x))
+        return x * gate, gate
+
+
+class GatesKeptOutside(nn.Module):
+    """x, gate = block(x): the model's own code keeps each gate (an auxiliary term)."""
+
+    def __init__(self, width=32):
+        super().__init__()
+        self.blocks = nn.ModuleList(GatedBlock(width) for _ in range(4))
+
+    def forward(self, x):
+        aux = x.new_zeros(())
+        for block in self.blocks:
+            x, gate = block(x)
+            aux = aux + gate.mean()
+        return x + aux
+
+
 class ConvBlock(nn.Module):
     def __init__(self, channels):
         super().__init__()
@@ -362,6 +389,7 @@ SHAPES = {
     "residual_outside": (ResidualOutside, lambda: (torch.randn(16, 32),), {}),
     "functions_between": (FunctionsBetween, lambda: (torch.randn(16, 32),), {}),
     "shared_block": (SharedBlock, lambda: (torch.randn(16, 32),), {}),
+    "gates_kept_outside": (GatesKeptOutside, lambda: (torch.randn(16, 32),), {}),
     "hf_decoder": (HFModel, lambda: (_tokens(),), {"attention_mask": torch.zeros(4, 1, 1, 16)}),
     "nested_modulelists": (NestedStages, lambda: (torch.randn(16, 32),), {}),
     "batchnorm": (BatchNormNet, lambda: (torch.randn(4, 3, 12, 12),), {}),
@@ -463,7 +491,11 @@ def _generators(model):
 
 # Models whose code between blocks saves nothing (a residual add): what the meter counts is then
 # what the budget counts. (A Tanh between blocks saves its output, outside the blocks.)
-@pytest.mark.parametrize("shape", ["residual_outside", "shared_block", "nested_modulelists"])
+# gates_kept_outside: a saved member of a block's tuple output that the next block does not take
+# is the block's own (it was dropped with the member passed on: 1/3 over the prediction).
+@pytest.mark.parametrize(
+    "shape", ["residual_outside", "shared_block", "nested_modulelists", "gates_kept_outside"]
+)
 def test_measured_saved_bytes_within_prediction_and_budget(shape):
     make, inputs, kwargs = SHAPES[shape]
     torch.manual_seed(0)

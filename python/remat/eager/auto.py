@@ -45,6 +45,13 @@ from .profile import _region_overhead, measure_call
 _log = logging.getLogger("remat")
 
 
+def _output_keys(value: Any, excluded: set[tuple[str, int, int]]) -> list[Any]:
+    """The storage of each tensor a call returned, in the order of its output structure (None for
+    parameters and buffers): two runs of a call return the same structure, so a position names
+    the same output in both."""
+    return [None if is_persistent(t, excluded) else storage_key(t) for t in _tensors(value)]
+
+
 @dataclass
 class _Step:
     """One call of the model: which plan it follows, and the block calls made so far."""
@@ -342,6 +349,7 @@ class AutoCheckpoint:
         try:
             with _PreservedState([module], devices):
                 measured = measure_call(original, args, kwargs, excluded, repeats=1)
+            measured_outputs = _output_keys(measured.output, excluded)
             measured = dataclasses.replace(measured, output=None)  # only its keys are needed
             ops = None
             if self.granularity == "op":
@@ -353,9 +361,9 @@ class AutoCheckpoint:
         if devices:
             self._device = next(iter(devices))
         out = self._run(module, original, args, kwargs, checkpointed=True)
-        keys = {storage_key(t) for t in _tensors(out) if not is_persistent(t, excluded)}
         name = self._name(module)
-        step.calls.append(RecordedCall.of(module, name, signature, measured, keys, ops))
+        outputs = (measured_outputs, _output_keys(out, excluded))
+        step.calls.append(RecordedCall.of(module, name, signature, measured, outputs, ops))
         step.last_outputs = out
         return out
 

@@ -42,7 +42,7 @@ class RecordedCall:
     input_keys: frozenset[Key]  # its real tensor inputs (activations)
     output_keys: frozenset[Key]  # its real outputs
     own_bytes: int  # saved inside it, neither an input nor an output
-    saved_output_bytes: int  # saved inside it and among its outputs
+    saved_outputs: frozenset[Key]  # its real outputs whose measured counterparts it saved
     forward_seconds: float
     ops: OpProfile | None = None  # its ops, for selective checkpointing
 
@@ -53,18 +53,31 @@ class RecordedCall:
         name: str,
         signature: Any,
         measured: CallMeasurement,
-        outputs: Any,
+        outputs: tuple[list[Key | None], list[Key | None]],
         ops: OpProfile | None = None,
     ) -> "RecordedCall":
+        """`outputs`: the storage of each returned tensor, position by position, in the measured
+        run and in the real call (None for parameters and buffers)."""
         saved = measured.saved_keys
+        own = saved - measured.input_keys - measured.output_keys
+        measured_outputs, real_outputs = outputs
+        if len(measured_outputs) == len(real_outputs):
+            saved_outputs = frozenset(
+                real
+                for seen, real in zip(measured_outputs, real_outputs)
+                if seen is not None and real is not None and seen in saved
+            )
+        else:  # outputs that differ run to run cannot be matched: count the saved ones as its own
+            own |= saved & measured.output_keys
+            saved_outputs = frozenset()
         return cls(
             module,
             name,
             signature,
             measured.input_keys,
-            frozenset(outputs),
-            _bytes(saved - measured.input_keys - measured.output_keys),
-            _bytes(saved & measured.output_keys),
+            frozenset(k for k in real_outputs if k is not None),
+            _bytes(own),
+            saved_outputs,
             measured.forward_seconds,
             ops,
         )
@@ -94,10 +107,11 @@ def chain_profile(calls: list[RecordedCall], region_overhead: float) -> Profile:
             boundary = set(inputs[k + 1]) - shared - taken_before
         else:
             boundary = set(call.output_keys) - shared
-        # Its output is what the next call takes (x = block(x)): then saving it is saving the
-        # boundary. Otherwise (x = x + block(x)) a saved output is the block's own.
-        passes_output_on = bool(boundary) and boundary <= call.output_keys
-        saved_bytes = call.own_bytes + (0 if passes_output_on else call.saved_output_bytes)
+        # A saved output that the next call takes (x = block(x)) is the boundary, counted once,
+        # as its output. Any other saved output (x = x + block(x), or a tuple's other members,
+        # as the gate of x, gate = block(x)) is the block's own.
+        saves_boundary = bool(call.saved_outputs & boundary)
+        saved_bytes = call.own_bytes + _bytes(call.saved_outputs - boundary)
         names[call.name] = names.get(call.name, 0) + 1
         label = call.name if names[call.name] == 1 else f"{call.name} (call {names[call.name]})"
         layers.append(
@@ -105,7 +119,7 @@ def chain_profile(calls: list[RecordedCall], region_overhead: float) -> Profile:
                 name=label,
                 saved_bytes=saved_bytes,
                 output_bytes=_bytes(boundary),
-                saves_output=passes_output_on and call.saved_output_bytes > 0,
+                saves_output=saves_boundary,
                 forward_seconds=call.forward_seconds,
             )
         )
