@@ -176,6 +176,72 @@ def test_ddp_one_plan_exact_gradients_even_with_a_slow_rank(world, tmp_path):
     assert results[0]["plans"][0], "the budget needs regions"
 
 
+class WideBlock(nn.Module):
+    """Wide enough that caching its matmuls beats re-running the block (op-level options)."""
+
+    def __init__(self, width: int = 256) -> None:
+        super().__init__()
+        self.up = nn.Linear(width, 4 * width)
+        self.down = nn.Linear(4 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.up(x)
+        return x + self.down(torch.tanh(h) * torch.sigmoid(h))
+
+
+def _selective_uneven_worker(rank, world, store, out):
+    import remat.torch as rt
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    _init(rank, world, store)
+    base = nn.Sequential(*(WideBlock() for _ in range(4)))
+    x = torch.randn(64 * (rank + 1), 256)  # the last rank's batch is the largest
+    m = rt.measure(copy.deepcopy(base), x, verbose=False, plan_group="local")
+    plain = DDP(copy.deepcopy(base))
+    results = []
+    for fraction in (0.2, 0.3, 0.4, 0.5, 0.6, 0.8):  # where op-level options win depends on timing
+        local = m.least_budget_bytes + int(
+            (m.no_checkpoint_bytes - m.least_budget_bytes) * fraction
+        )
+        budget = max(dist_all(local))  # one budget, that the largest rank can meet
+        model = DDP(copy.deepcopy(base))
+        handle = rt.auto_checkpoint(model.module, blocks=list(model.module), memory_budget=budget)
+        peaks = []
+        for step in range(2):
+            for net in (plain, model):
+                net.zero_grad()
+                with rt.SavedTensorMeter(net.module) as meter:
+                    net(x).sum().backward()  # sum saves nothing
+            peaks.append(meter.peak_bytes)
+        plan = handle.plan
+        results.append(
+            {
+                "budget": budget,
+                "peak": peaks[-1],
+                "predicted": plan.predicted_peak_bytes,
+                "selective": sum(plan.keeps_ops(r) for r in range(len(plan.regions))),
+                "plan": [[list(r) for r in plan.regions], list(plan.options)],
+                "grads_equal": all(
+                    torch.equal(a.grad, b.grad)
+                    for a, b in zip(plain.parameters(), model.parameters())
+                ),
+            }
+        )
+    _write(out, rank, {"budgets": results})
+    _finish()
+
+
+# The first rank's menu was priced on its own inputs: the larger rank cached up to 21% more.
+def test_op_level_options_fit_the_rank_with_the_largest_inputs(tmp_path):
+    ranks = [r["budgets"] for r in _spawn(_selective_uneven_worker, 2, tmp_path)]
+    assert any(b["selective"] for b in ranks[0]), "some budget should pick op-level options"
+    for first, other in zip(*ranks):
+        assert first["plan"] == other["plan"]
+        for b in (first, other):
+            assert b["grads_equal"]
+            assert b["peak"] <= b["predicted"] <= b["budget"], b
+
+
 # --- FSDP2 --------------------------------------------------------------------------------------
 
 

@@ -9,7 +9,9 @@ therefore plans from one profile that all ranks agree on, and checks the result:
   the rank that saves most; ranks with uneven inputs differ here), times by their median (one
   slow rank, as in the measured case, does not move a median of three or more; with two ranks
   the median is the mean); op-level menus (which ops each option keeps) are the first rank's,
-  since menus made from different timings differ;
+  since menus made from different timings differ, each entry priced on every rank (bytes by
+  their maximum, times by their median: a rank with larger inputs caches more bytes for the
+  same ops), and a layer whose ops differ between ranks gets no op-level options;
 - tuning timings (chain plans) are combined the same way, so every rank picks the same layout;
 - a checksum of the plan is all-gathered and compared; a mismatch raises naming the ranks;
 - the collectives run on a gloo group of their own with a timeout
@@ -25,10 +27,11 @@ import datetime
 import hashlib
 import os
 import statistics
+from dataclasses import replace
 from typing import Any
 
 
-from .profile import LayerProfile, Profile
+from .profile import LayerProfile, Profile, _option_seconds
 
 _groups: dict[tuple[tuple[int, ...], float], Any] = {}
 
@@ -99,25 +102,61 @@ def agree_on_profile(profile: Profile, group: PlanGroup = None) -> Profile:
     if len(counts) != 1:
         by_rank = ", ".join(f"rank {r}: {len(p.layers)}" for r, p in enumerate(profiles))
         raise RuntimeError(f"remat: ranks measured different numbers of layers ({by_rank})")
-    layers = []
+    layers, selective = [], []
     for index, versions in enumerate(zip(*(p.layers for p in profiles))):
-        layers.append(
-            LayerProfile(
-                name=versions[0].name,
-                saved_bytes=max(l.saved_bytes for l in versions),
-                output_bytes=max(l.output_bytes for l in versions),
-                saves_output=any(l.saves_output for l in versions),
-                forward_seconds=statistics.median(l.forward_seconds for l in versions),
-                options=versions[0].options,
-            )
+        layer = LayerProfile(
+            name=versions[0].name,
+            saved_bytes=max(l.saved_bytes for l in versions),
+            output_bytes=max(l.output_bytes for l in versions),
+            saves_output=any(l.saves_output for l in versions),
+            forward_seconds=statistics.median(l.forward_seconds for l in versions),
         )
+        menus = [p.selective[index] if p.selective else None for p in profiles]
+        options, agreed_menu = _agreed_options(versions, menus)
+        layers.append(replace(layer, options=options))
+        selective.append(agreed_menu)
     return Profile(
         input_bytes=max(p.input_bytes for p in profiles),
         layers=tuple(layers),
         region_overhead_seconds=statistics.median(p.region_overhead_seconds for p in profiles),
         max_region_layers=profile.max_region_layers,
-        selective=profiles[0].selective,
+        selective=tuple(selective) if any(m is not None for m in selective) else (),
     )
+
+
+def _agreed_options(
+    versions: tuple[LayerProfile, ...], menus: list[Any]
+) -> tuple[tuple[tuple[int, float], ...], Any]:
+    """One layer's op-level options, as every rank would price the first rank's menu: each
+    entry caches the same ops on every rank, holding the most bytes any rank's ops hold and
+    re-running in the median of their times. None (no options) unless every rank profiled the
+    same ops and can cache each entry's."""
+    from .selective import MenuEntry
+
+    if any(m is None for m in menus):
+        return (), None
+    names = [tuple(op.name for op in ops.ops) for ops, _ in menus]
+    if any(n != names[0] for n in names):
+        return (), None
+    first_ops, entries = menus[0]
+    options, agreed = [], []
+    for entry in entries:
+        held, seconds = [], []
+        for layer, (ops, _) in zip(versions, menus):
+            if not all(ops.ops[i].cacheable for i in entry.cached):
+                return (), None
+            own = MenuEntry(
+                entry.cached,
+                sum(ops.ops[i].new_bytes for i in entry.cached),
+                max(0.0, ops.rerun_seconds - sum(ops.ops[i].seconds for i in entry.cached)),
+            )
+            total = sum(op.seconds for op in ops.ops)
+            scale = layer.forward_seconds / total if total > 0 else 1.0
+            held.append(own.held_bytes)
+            seconds.append(_option_seconds(ops, own, scale, layer.forward_seconds))
+        options.append((max(held), statistics.median(seconds)))
+        agreed.append(replace(entry, held_bytes=max(held)))
+    return tuple(options), (first_ops, tuple(agreed))
 
 
 def agree_on_timings(timings: dict[str, float], group: PlanGroup = None) -> dict[str, float]:
