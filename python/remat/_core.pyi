@@ -20,6 +20,7 @@ def solve(
     scale: float,
     time_limit: float | None,
     max_planner_bytes: int,
+    refuse_on_memory_limit: bool = False,
 ) -> dict[str, Any]: ...
 def pareto(
     memory: npt.NDArray[np.float64],

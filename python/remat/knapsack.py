@@ -65,15 +65,15 @@ def dp_knapsack_sliding_hirschberg(
 
 
 def ilp_knapsack(
-    memory: list[float], runtime: list[float], max_memory: float
+    memory: list[float], runtimes: list[float], max_memory: float
 ) -> tuple[float, list[int], list[int]]:
-    return _run(memory, runtime, max_memory, "exact")
+    return _run(memory, runtimes, max_memory, "exact")
 
 
 def greedy_knapsack(
-    memory: list[float], runtime: list[float], max_memory: float
+    memory: list[float], runtimes: list[float], max_memory: float
 ) -> tuple[float, list[int], list[int]]:
-    return _run(memory, runtime, max_memory, "greedy")
+    return _run(memory, runtimes, max_memory, "greedy")
 
 
 __all__ = ["dp_knapsack", "dp_knapsack_sliding_hirschberg", "greedy_knapsack", "ilp_knapsack"]
