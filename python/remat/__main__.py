@@ -1,6 +1,9 @@
 """python -m remat pareto --plot FILE [INSTANCE]: the trade-off curve of one instance as a picture.
 
-INSTANCE is the JSON format of `remat solve` (standard input when omitted or "-")."""
+INSTANCE is the JSON format of `remat solve` (standard input when omitted or "-"). The curve runs
+on to the instance's total memory, so that its budget is seen inside it. Exit 2: bad input or an
+image that cannot be written; exit 3: the time limit or the planner-memory cap was reached (as
+`remat pareto`, which runs this for --plot and passes its limits on)."""
 
 from __future__ import annotations
 
@@ -10,7 +13,9 @@ import os
 import pathlib
 import sys
 
+from ._core import PlannerMemoryError, WorkLimitError
 from ._solve import pareto
+from .units import parse_bytes
 
 
 class _PlotError(Exception):
@@ -45,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     curve.add_argument("--plot", required=True, help="output image (.png, .svg, .pdf)")
     curve.add_argument("--scale", type=float, default=10000)
     curve.add_argument("--title")
+    curve.add_argument("--time-limit", type=float, help="seconds (exit 3 past them)")
+    curve.add_argument("--max-planner-bytes", help="cap on the solver's memory, e.g. 8GiB")
     curve.add_argument("instance", nargs="?", default="-")
     args = parser.parse_args(argv)
     try:
@@ -55,7 +62,17 @@ def main(argv: list[str] | None = None) -> int:
         # The curve runs on to the total memory, so the budget is seen inside it.
         total = sum(m for m in memory if isinstance(m, (int, float)))
         limit = max(budget, total) if isinstance(budget, (int, float)) else budget
-        front = pareto(memory, runtime, limit, scale=args.scale)
+        cap = None
+        if args.max_planner_bytes is not None:
+            cap = parse_bytes(args.max_planner_bytes, "max_planner_bytes")
+        front = pareto(
+            memory,
+            runtime,
+            limit,
+            scale=args.scale,
+            time_limit=args.time_limit,
+            max_planner_bytes=cap,
+        )
         from .plot import plot_pareto
 
         try:
@@ -64,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
             raise _PlotError(
                 f"plot: cannot write {args.plot!r}: {error.strerror or error}"
             ) from None
+    except (WorkLimitError, PlannerMemoryError) as error:  # a limit, not bad input
+        print(f"error: {error}", file=sys.stderr)
+        return 3
     except (_PlotError, OSError, ValueError, TypeError, KeyError) as error:
         message = f"{error.args[0]}: missing" if isinstance(error, KeyError) else str(error)
         print(f"error: {message}", file=sys.stderr)

@@ -108,7 +108,10 @@ std::filesystem::path temporary_path(const std::string& suffix) {
 // Plotting lives in the Python package (matplotlib); the instance is validated here first, so
 // bad input gets the same error and exit code as without --plot. The child's error line (a format
 // matplotlib cannot write, a path that cannot be written) becomes this command's, exit code 2.
-void plot_through_python(const CommonOptions& o, const std::string& image) {
+// The curve is drawn by `python -m remat pareto --plot`, which gets this command's limits: the
+// time limit and the planner-memory cap hold with --plot as without (exit 3 past them).
+void plot_through_python(const CommonOptions& o, const std::string& image,
+                         const std::optional<double>& time_limit) {
   const std::string text = read_input(o.file);
   quantize([&] {
     io::Instance instance = io::read_instance(text);
@@ -126,9 +129,19 @@ void plot_through_python(const CommonOptions& o, const std::string& image) {
   std::ostringstream scale;
   scale.precision(17);
   scale << o.scale;
+  std::string limits;
+  if (time_limit) {
+    std::ostringstream seconds;
+    seconds.precision(17);
+    seconds << *time_limit;
+    limits += " --time-limit " + seconds.str();
+  }
+  if (const auto cap = planner_cap(o.max_planner_bytes)) {
+    limits += " --max-planner-bytes " + std::to_string(*cap);
+  }
   const std::string python = python_interpreter();
   const std::string command = shell_quote(python) + " -m remat pareto --plot " +
-                              shell_quote(image) + " --scale " + scale.str() + " " +
+                              shell_quote(image) + " --scale " + scale.str() + limits + " " +
                               shell_quote(path) + " 2>" + shell_quote(errors);
   std::cout.flush();
   const int status = std::system(command.c_str());
@@ -144,7 +157,9 @@ void plot_through_python(const CommonOptions& o, const std::string& image) {
   const int code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   if (code == 0) return;
   const std::string prefix = "error: ";
-  if (code == 2 && said.rfind(prefix, 0) == 0) throw CommandError(2, said.substr(prefix.size()));
+  if ((code == 2 || code == 3) && said.rfind(prefix, 0) == 0) {
+    throw CommandError(code, said.substr(prefix.size()));
+  }
   if (code == 127 || said.find("No module named") != std::string::npos) {
     throw CommandError(2, "plot: --plot draws through the remat Python package, and '" + python +
                               " -m remat' cannot run (" + (said.empty() ? "not found" : said) +
@@ -217,7 +232,11 @@ Command add_pareto(CLI::App& app) {
     constexpr std::int64_t kMaxPoints = 10'000'000;
     if (*points > kMaxPoints) throw InputError("points", std::nullopt, "must be at most 10^7");
     if (!plot->empty()) {
-      plot_through_python(*common, *plot);
+      if (*points != 0) {
+        throw InputError("points", std::nullopt,
+                         "--plot draws every breakpoint; give --points or --plot, not both");
+      }
+      plot_through_python(*common, *plot, *time_limit);
       return;
     }
     const KnapsackProblem problem = load_problem(*common);

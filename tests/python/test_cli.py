@@ -2,6 +2,7 @@
 
 import itertools
 import json
+import random
 
 import pytest
 
@@ -426,6 +427,38 @@ def test_plot_to_a_path_it_cannot_write_says_why(run, tmp_path, image, reason):
     assert (code, out) == (2, ""), err
     assert err.startswith("error: plot: " + reason.format(dir=tmp_path)) and err.count("\n") == 1
     assert not (tmp_path / image).exists()
+
+
+@pytest.mark.parametrize(
+    "limit,said",
+    [
+        (["--time-limit", "0.05"], "error: pareto passed the time limit of 0.05 s"),
+        (["--max-planner-bytes", "1MB"], "error: pareto needs more than 1000000 bytes"),
+    ],
+)
+def test_plot_keeps_the_limits_of_pareto(run, tmp_path, limit, said):
+    # --plot ran the front with neither limit (an 11.6 s run past --time-limit 0.2, exit 0).
+    rng = random.Random(1)
+    instance = tmp_path / "instance.json"
+    memory = [rng.uniform(0.01, 1) for _ in range(3000)]
+    runtime = [rng.uniform(0.01, 1) for _ in range(3000)]
+    instance.write_text(json.dumps({"memory": memory, "runtime": runtime, "max_memory": 500}))
+    image = tmp_path / "x.png"
+    for plot in ([], ["--plot", str(image)]):
+        code, out, err = run("pareto", *limit, "--scale", "1e6", *plot, str(instance))
+        assert (code, out) == (3, ""), (plot, err)
+        assert err.startswith(said), (plot, err)
+    assert not image.exists()
+
+
+def test_plot_and_points_are_not_both_taken(run, tmp_path):
+    instance = tmp_path / "instance.json"
+    instance.write_text(json.dumps(INSTANCE))
+    code, out, err = run(
+        "pareto", "--points", "3", "--plot", str(tmp_path / "x.png"), str(instance)
+    )
+    assert (code, out) == (2, "")
+    assert err.startswith("error: points: --plot draws every breakpoint")
 
 
 def test_plot_write_failure_is_the_reason(run, tmp_path):
