@@ -117,17 +117,35 @@ def excluded_storages(objects: Iterable[Any]) -> set[tuple[str, int, int]]:
 
 
 def is_persistent(tensor: torch.Tensor, excluded: set[tuple[str, int, int]]) -> bool:
-    """Parameters and their views: memory that exists whether or not anything is saved."""
-    return isinstance(tensor, torch.nn.Parameter) or storage_key(tensor) in excluded
+    """Parameters and their views: memory that exists whether or not anything is saved. A view is
+    known by its base too: FSDP2 gathers a block's full parameters into fresh storage before
+    its forward, which `excluded` (taken from the sharded parameters) cannot name."""
+    return (
+        isinstance(tensor, torch.nn.Parameter)
+        or isinstance(tensor._base, torch.nn.Parameter)
+        or storage_key(tensor) in excluded
+    )
+
+
+def _has_fsdp(module: torch.nn.Module) -> bool:
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # a torch built without distributed
+        return False
+    return any(isinstance(m, FSDPModule) for m in module.modules())
 
 
 class SavedTensorMeter:
     """Counts saved-for-backward bytes while active; ``peak_bytes`` is the highest count."""
 
     def __init__(self, *exclude: Any) -> None:
-        self._excluded = excluded_storages(
+        items = [
             item for obj in exclude for item in (obj if isinstance(obj, (list, tuple)) else [obj])
-        )
+        ]
+        self._excluded = excluded_storages(items)
+        # FSDP2 registers a block's gathered (unsharded) parameters only while it runs, in
+        # storage allocated then and freed after: they are looked up when a tensor is saved.
+        self._sharded = [m for m in items if isinstance(m, torch.nn.Module) and _has_fsdp(m)]
         self._counts: dict[tuple[str, int, int], int] = {}
         self.current_bytes = 0
         self.peak_bytes = 0
@@ -148,8 +166,13 @@ class SavedTensorMeter:
             if not _active_meters:
                 torch_checkpoint._CheckpointFrame.__init__ = _original_frame_init
 
-    def _pack(self, tensor: torch.Tensor) -> Any:
+    def _persistent(self, tensor: torch.Tensor) -> bool:
         if is_persistent(tensor, self._excluded):
+            return True
+        return bool(self._sharded) and storage_key(tensor) in excluded_storages(self._sharded)
+
+    def _pack(self, tensor: torch.Tensor) -> Any:
+        if self._persistent(tensor):
             return tensor
         saved = _Saved(tensor.detach())
         self._hold(saved, tensor)
@@ -161,7 +184,7 @@ class SavedTensorMeter:
 
     def _hold(self, owner: Any, tensor: torch.Tensor) -> None:
         """Counts `tensor`'s storage until `owner` is garbage."""
-        if is_persistent(tensor, self._excluded):
+        if self._persistent(tensor):
             return
         key = storage_key(tensor)
         count = self._counts.get(key, 0)

@@ -267,13 +267,28 @@ def _fsdp_worker(rank, world, store, out):
     for step in range(2):
         for net in (plain, model):
             net.zero_grad()
-            net(x).pow(2).mean().backward()
+            with rt.SavedTensorMeter(net) as meter:
+                y = net(x)
+                with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+                    loss = y.pow(2).mean()  # the loss's saves are not the blocks'
+                loss.backward()
         equal &= all(
             torch.equal(a.grad.full_tensor(), b.grad.full_tensor())
             for a, b in zip(plain.parameters(), model.parameters())
         )
         plans.append([list(r) for r in handle.plan.regions])
-    _write(out, rank, {"grads_equal": equal, "plans": plans})
+    plan = handle.plan
+    _write(
+        out,
+        rank,
+        {
+            "grads_equal": equal,
+            "plans": plans,
+            "peak": meter.peak_bytes,
+            "predicted": plan.predicted_peak_bytes,
+            "budget": budget,
+        },
+    )
     _finish()
 
 
@@ -281,6 +296,9 @@ def test_fsdp2_one_plan_exact_gradients(tmp_path):
     results = _spawn(_fsdp_worker, 2, tmp_path)
     assert all(r["grads_equal"] for r in results)
     assert results[0]["plans"] == results[1]["plans"] and results[0]["plans"][0]
+    # The meter leaves out the blocks' gathered parameters, saved again by each re-run.
+    for r in results:
+        assert r["peak"] <= r["predicted"] <= r["budget"], r
 
 
 # --- errors, not hangs --------------------------------------------------------------------------
