@@ -127,7 +127,8 @@ def is_persistent(tensor: torch.Tensor, excluded: set[tuple[str, int, int]]) -> 
     )
 
 
-def _has_fsdp(module: torch.nn.Module) -> bool:
+def has_fsdp_modules(module: torch.nn.Module) -> bool:
+    """Whether `module` is or holds a module under FSDP2's fully_shard."""
     try:
         from torch.distributed.fsdp import FSDPModule
     except ImportError:  # a torch built without distributed
@@ -145,7 +146,7 @@ class SavedTensorMeter:
         self._excluded = excluded_storages(items)
         # FSDP2 registers a block's gathered (unsharded) parameters only while it runs, in
         # storage allocated then and freed after: they are looked up when a tensor is saved.
-        self._sharded = [m for m in items if isinstance(m, torch.nn.Module) and _has_fsdp(m)]
+        self._sharded = [m for m in items if isinstance(m, torch.nn.Module) and has_fsdp_modules(m)]
         self._counts: dict[tuple[str, int, int], int] = {}
         self.current_bytes = 0
         self.peak_bytes = 0

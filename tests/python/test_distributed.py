@@ -301,6 +301,67 @@ def test_fsdp2_one_plan_exact_gradients(tmp_path):
         assert r["peak"] <= r["predicted"] <= r["budget"], r
 
 
+def _fsdp_chain_worker(rank, world, store, out):
+    import remat.torch as rt
+    from torch.distributed.fsdp import fully_shard
+
+    _init(rank, world, store)
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inp = nn.Linear(32, 32)
+            self.body = nn.Sequential(*(Block() for _ in range(6)))
+            self.out = nn.Linear(32, 4)
+
+        def forward(self, x):
+            return self.out(self.body(self.inp(x)))
+
+    base = Model()
+    x = torch.randn(8, 32) + rank
+    m = rt.measure(copy.deepcopy(base.body), base.inp(x), verbose=False, plan_group="local")
+    budget = max(
+        dist_all(m.least_budget_bytes + (m.no_checkpoint_bytes - m.least_budget_bytes) // 3)
+    )
+
+    def sharded(model):
+        for layer in model.body:
+            fully_shard(layer)
+        return fully_shard(model)
+
+    plain, model = sharded(copy.deepcopy(base)), copy.deepcopy(base)
+    handle = rt.auto_checkpoint(model, memory_budget=budget, blocks="body")  # a chain: tuned
+    model = sharded(model)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in range(2):
+            for net in (plain, model):
+                net.zero_grad()
+                net(x).pow(2).mean().backward()
+    equal = all(
+        torch.equal(a.grad.full_tensor(), b.grad.full_tensor())
+        for a, b in zip(plain.parameters(), model.parameters())
+    )
+    _write(
+        out,
+        rank,
+        {
+            "grads_equal": equal,
+            "regions": [list(r) for r in handle.plan.regions],
+            "not_tuned": any("not tuned" in str(w.message) for w in caught),
+        },
+    )
+    _finish()
+
+
+def test_fsdp2_chain_is_planned_untuned_and_exact(tmp_path):
+    # Tuning timed a backward inside the model's forward: FSDP2 resharded the root's weights and
+    # the next layer failed with "mixed torch.Tensor and DTensor".
+    results = _spawn(_fsdp_chain_worker, 2, tmp_path)
+    assert all(r["grads_equal"] and r["not_tuned"] for r in results)
+    assert results[0]["regions"] == results[1]["regions"] and results[0]["regions"]
+
+
 # --- errors, not hangs --------------------------------------------------------------------------
 
 

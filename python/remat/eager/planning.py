@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from .. import _core
+from ..saved_memory import has_fsdp_modules
 from ..units import format_bytes, format_seconds, parse_bytes
 from ._runtime import (
     _PreservedState,
@@ -382,9 +383,21 @@ def tune_plan(
     Bounded: nothing is timed when the plan needs no region; at most `max_candidates` plans
     (the planner's and the fitting segmentations with the least predicted recompute), each
     timed `repeats` times in rounds, and no new round starts once `max_seconds` have passed
-    (default: the time of 10 forward passes of the chain as profiled)."""
+    (default: the time of 10 forward passes of the chain as profiled). Not under FSDP2 (a layer
+    that is or holds a fully_shard module): the timed backward would run FSDP's own backward
+    hooks, reduce-scattering gradients and resharding parameters in the middle of the step
+    (the model's next layer then met sharded weights)."""
     p = planned.profile
     if not planned.regions or p.max_region_layers != 0:
+        return planned
+    modules = [m for f in functions for m in _modules_of(f)]
+    if any(has_fsdp_modules(m) for m in modules):
+        warnings.warn(
+            "remat: the chain's layers are FSDP2 (fully_shard) modules, so the plan is not tuned "
+            "(timing a step would run FSDP's backward hooks mid-step); the planner's plan is used",
+            RuntimeWarning,
+            stacklevel=3,
+        )
         return planned
     layers, overhead = p.core_layers(), p.region_overhead_seconds
     fitting = []
@@ -402,7 +415,6 @@ def tune_plan(
     if len(candidates) == 1:
         return planned
     limit = 10 * p.forward_seconds if max_seconds is None else max_seconds
-    modules = [m for f in functions for m in _modules_of(f)]
     parameters = [t for m in modules for t in m.parameters() if t.requires_grad]
     devices = {t.device for t in _tensors(input)}
     timings: dict[str, list[float]] = {label: [] for label in candidates}
