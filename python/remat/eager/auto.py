@@ -40,7 +40,7 @@ from .generators import measuring_now
 from .execution import Execution
 from . import distributed, selective
 from .planning import Plan, _check_planner_options, plan, plan_profile
-from .profile import _region_overhead, measure_call
+from .profile import Profile, _region_overhead, measure_call
 
 _log = logging.getLogger("remat")
 
@@ -56,7 +56,8 @@ def _output_keys(value: Any, excluded: set[tuple[str, int, int]]) -> list[Any]:
 class _Step:
     """One call of the model: which plan it follows, and the block calls made so far."""
 
-    key: Any
+    key: Any  # what the step is called with (input signatures and run context)
+    plan_key: Any  # what its plan is kept under: key, or every rank's in a process group
     plan: Plan | None  # None: this step measures
     calls: list[RecordedCall] = field(default_factory=list)
     position: int = 0
@@ -145,6 +146,12 @@ class AutoCheckpoint:
         self.plan: Plan | None = None
         self.warnings: list[str] = []
         self._block_plans: dict[Any, _BlockPlan] = {}
+        # Under a process group: this rank's number for each key, and the profile it measured
+        # for it (with its calls), from which a plan for a new combination of the ranks' keys
+        # is made without measuring again.
+        self._key_numbers: dict[Any, int] = {}
+        self._profiles: dict[Any, tuple[Profile, tuple[tuple[Any, Any], ...]]] = {}
+        self._chain_plans: dict[Any, Plan] = {}
         self._names = {id(m): n for m, n in zip(blocks.modules, blocks.names)}
         self._step: _Step | None = None
         self._inside = 0  # > 0 while a block (or the chain) runs: blocks inside it run plainly
@@ -236,9 +243,27 @@ class AutoCheckpoint:
                 "the inputs into one call, or give each call its share of the budget"
             )
         key = (_signature(args), _signature(kwargs), self._context())
-        found = self._block_plans.get(key)
-        self._step = _Step(key, found.plan if found else None)
+        if self.blocks.chain is None:
+            plan_key, known = self._plan_key(key, key in self._profiles)
+        else:  # a stock nn.Sequential is planned (and agreed on) when it is called
+            plan_key, known = key, False
+        found = self._block_plans.get(plan_key)
+        if found is None and known:  # every rank has profiled its inputs: plan, all together
+            profile, calls = self._profiles[key]
+            found = self._make_block_plan(plan_key, key, profile, calls)
+        self._step = _Step(key, plan_key, found.plan if found else None)
         return None
+
+    def _plan_key(self, key: Any, known: bool) -> tuple[Any, bool]:
+        """What a step's plan is kept under, and whether every rank has profiled its inputs.
+        Alone, its own key. In a process group, every rank's key, agreed on at each step: each
+        rank looks up, measures and plans in the same steps (or one would wait alone in the
+        profile's agreement), and all follow the plan made for that combination."""
+        if not distributed.active(self.plan_group):
+            return key, False
+        number = self._key_numbers.setdefault(key, len(self._key_numbers))
+        numbers, every_rank_knows = distributed.step_inputs(number, known, self.plan_group)
+        return ("ranks", numbers), every_rank_knows
 
     @torch.compiler.disable  # bookkeeping and planning: never traced
     def _end_step(self, _model: nn.Module, _args: Any, output: Any) -> None:
@@ -259,9 +284,9 @@ class AutoCheckpoint:
             self._check_region_inputs(step)
         if step.plan is None:
             self._plan_step(step)
-        elif step.position != len(self._block_plans[step.key].calls) and not step.off_plan:
+        elif step.position != len(self._block_plans[step.plan_key].calls) and not step.off_plan:
             self._warn(
-                f"the plan expected {len(self._block_plans[step.key].calls)} block calls, the "
+                f"the plan expected {len(self._block_plans[step.plan_key].calls)} block calls, the "
                 f"step made {step.position}; the missing ones cost nothing"
             )
 
@@ -269,9 +294,22 @@ class AutoCheckpoint:
         step.last_outputs = None
         if self._region_overhead is None:
             self._region_overhead = _region_overhead(torch.zeros(1, device=self._device), 0)
-        profile = distributed.agree_on_profile(
-            chain_profile(step.calls, self._region_overhead), self.plan_group
-        )
+        profile = chain_profile(step.calls, self._region_overhead)
+        calls = tuple((c.module, c.signature) for c in step.calls)
+        if distributed.active(self.plan_group):
+            self._profiles[step.key] = (profile, calls)
+        self._make_block_plan(step.plan_key, step.key, profile, calls)
+
+    def _make_block_plan(
+        self,
+        plan_key: Any,
+        key: Any,
+        profile: Profile,
+        calls: tuple[tuple[Any, Any], ...],
+    ) -> _BlockPlan:
+        """The plan of this rank's `calls` from its `profile` (agreed on with the other ranks),
+        kept under `plan_key`."""
+        profile = distributed.agree_on_profile(profile, self.plan_group)
         made = plan_profile(
             profile,
             self.memory_budget,
@@ -282,10 +320,11 @@ class AutoCheckpoint:
         regions = {
             first: made.context_fn(index) for index, (first, _, _) in enumerate(made.regions)
         }
-        calls = tuple((c.module, c.signature) for c in step.calls)
-        self._block_plans[step.key] = _BlockPlan(made, calls, regions)
-        self.plans[step.key] = made
+        found = _BlockPlan(made, calls, regions)
+        self._block_plans[plan_key] = found
+        self.plans[key] = made
         self.plan = made
+        return found
 
     # --- one block call ----------------------------------------------------------------------
 
@@ -308,7 +347,7 @@ class AutoCheckpoint:
         step.position += 1
         if step.plan is None:
             return self._measure_and_run(step, module, original, signature, args, kwargs)
-        planned = self._block_plans[step.key]
+        planned = self._block_plans[step.plan_key]
         expected = planned.calls[position] if position < len(planned.calls) else None
         if expected is None or expected[0] is not module or expected[1] != signature:
             step.off_plan = True
@@ -443,7 +482,9 @@ class AutoCheckpoint:
                 )
         functions = [functools.partial(self._plain, block) for block in self.blocks.modules]
         key = ("chain", _signature(input), self._context())
-        found = self.plans.get(key)
+        # Every rank plans for a combination of the ranks' keys it has not seen, together.
+        plan_key, _ = self._plan_key(key, False)
+        found = self._chain_plans.get(plan_key)
         if found is None:
             self._inside += 1
             try:
@@ -461,6 +502,7 @@ class AutoCheckpoint:
                 )
             finally:
                 self._inside -= 1
+            self._chain_plans[plan_key] = found
             self.plans[key] = found
         self.plan = found
         if self._measuring:

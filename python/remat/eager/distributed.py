@@ -14,6 +14,10 @@ therefore plans from one profile that all ranks agree on, and checks the result:
   same ops), and a layer whose ops differ between ranks gets no op-level options;
 - tuning timings (chain plans) are combined the same way, so every rank picks the same layout;
 - a checksum of the plan is all-gathered and compared; a mismatch raises naming the ranks;
+- what each step is planned for is agreed on at its start (`step_inputs`): ranks see different
+  shapes (uneven batches, dynamic padding), and a shape new on one rank alone would send that
+  rank alone into the collectives above. Plans are kept for the combination of every rank's
+  inputs, so that all ranks look up, measure and plan in the same steps;
 - the collectives run on a gloo group of their own with a timeout
   (``REMAT_DIST_TIMEOUT_SECONDS``, default 600): a rank that never arrives is an error, not a
   hang.
@@ -91,6 +95,28 @@ def all_gather(value: Any, what: str, group: PlanGroup = None) -> list[Any]:
             f"other ranks (REMAT_DIST_TIMEOUT_SECONDS={_timeout_seconds():g}): {error}"
         ) from error
     return gathered
+
+
+def step_inputs(inputs: int, known: bool, group: PlanGroup = None) -> tuple[tuple[int, ...], bool]:
+    """Every rank's `inputs` (a number naming what this rank's step is called with, the same
+    number for the same inputs) in rank order, and whether every rank has `known` (a profile of
+    its inputs): one all_gather of two integers a step, on the plan group's gloo group."""
+    import torch
+    import torch.distributed as dist
+
+    mine = torch.tensor([inputs, int(known)], dtype=torch.int64)
+    try:
+        gloo = _group(group)
+        gathered = [torch.empty_like(mine) for _ in range(dist.get_world_size(gloo))]
+        dist.all_gather(gathered, mine, group=gloo)
+    except RuntimeError as error:
+        raise RuntimeError(
+            f"remat: rank {dist.get_rank()} timed out or failed agreeing on the step's inputs "
+            f"with the other ranks (REMAT_DIST_TIMEOUT_SECONDS={_timeout_seconds():g}); under a "
+            "process group every rank must call the model (with gradients enabled) as often as "
+            f"the others: {error}"
+        ) from error
+    return tuple(int(g[0]) for g in gathered), all(bool(g[1]) for g in gathered)
 
 
 def agree_on_profile(profile: Profile, group: PlanGroup = None) -> Profile:

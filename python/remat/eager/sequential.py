@@ -11,6 +11,7 @@ from torch import nn
 
 from ..units import parse_bytes
 from ._runtime import _modules_of, _signature, run_context
+from . import distributed
 from .planning import Plan, plan, run_plan
 from .profile import Profile
 
@@ -55,6 +56,7 @@ class _PlanCache:
 
 
 _plans = _PlanCache()
+_numbers: dict[Any, int] = {}  # under a process group: this rank's number for each call's key
 
 
 def checkpoint_sequential(
@@ -100,6 +102,13 @@ def checkpoint_sequential(
         tuple(id(m) for m in exclude),
         run_context([m for f in functions for m in _modules_of(f)] + exclude),
     )
+    if distributed.active(plan_group):
+        # Ranks may call with other shapes (uneven batches): all plan, together, whenever the
+        # combination of the ranks' calls is new (see distributed.step_inputs).
+        if len(_numbers) > 4096:  # new functions each call: numbering again only plans again
+            _numbers.clear()
+        number = _numbers.setdefault(key, len(_numbers))
+        key = (key, distributed.step_inputs(number, False, plan_group)[0])
     found = _plans.get(key, functions)
     if found is None:
         found = plan(
