@@ -431,6 +431,13 @@ def _mismatch_worker(rank, world, store, out):
         distributed.verify_same_plan([(0, rank, 0)])
     except RuntimeError as error:
         payload["mismatch"] = str(error)
+    from remat.eager.profile import LayerProfile, Profile
+
+    layer = LayerProfile("block", 100, 10, False, 1e-3)
+    try:  # a budget below the least on one rank alone raised there and left the others waiting
+        distributed.agree_on_profile(Profile(10, (layer, layer), 1e-5), 1000 * (rank + 1))
+    except RuntimeError as error:
+        payload["budgets"] = str(error)
     os.environ["REMAT_DIST_TIMEOUT_SECONDS"] = "3"
     start = time.perf_counter()
     if rank == 0:
@@ -448,6 +455,8 @@ def _mismatch_worker(rank, world, store, out):
 def test_a_different_plan_or_a_missing_rank_is_an_error(tmp_path):
     results = _spawn(_mismatch_worker, 2, tmp_path)
     assert "ranks [1]" in results[0]["mismatch"] and "ranks [1]" in results[1]["mismatch"]
+    for r in results:
+        assert "different memory budgets (rank 0: 1000, rank 1: 2000 bytes)" in r["budgets"]
     assert "timed out or failed agreeing on the plan on a lonely rank" in results[0]["timeout"]
     assert results[0]["seconds"] < 30
 

@@ -309,7 +309,7 @@ class AutoCheckpoint:
     ) -> _BlockPlan:
         """The plan of this rank's `calls` from its `profile` (agreed on with the other ranks),
         kept under `plan_key`."""
-        profile = distributed.agree_on_profile(profile, self.plan_group)
+        profile = distributed.agree_on_profile(profile, self.memory_budget, self.plan_group)
         made = plan_profile(
             profile,
             self.memory_budget,

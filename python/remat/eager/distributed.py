@@ -119,11 +119,21 @@ def step_inputs(inputs: int, known: bool, group: PlanGroup = None) -> tuple[tupl
     return tuple(int(g[0]) for g in gathered), all(bool(g[1]) for g in gathered)
 
 
-def agree_on_profile(profile: Profile, group: PlanGroup = None) -> Profile:
-    """The profile every rank plans from: bytes by maximum, times by median across ranks."""
+def agree_on_profile(profile: Profile, budget: int, group: PlanGroup = None) -> Profile:
+    """The profile every rank plans from: bytes by maximum, times by median across ranks. Raises
+    on every rank when the ranks' budgets differ (a budget too small on one rank alone would
+    raise there and leave the others waiting)."""
     if not active(group):
         return profile
-    profiles = all_gather(profile, "the profile", group)
+    gathered = all_gather((profile, budget), "the profile", group)
+    budgets = [b for _, b in gathered]
+    if any(b != budgets[0] for b in budgets):
+        by_rank = ", ".join(f"rank {r}: {b}" for r, b in enumerate(budgets))
+        raise RuntimeError(
+            f"remat: the ranks of the plan group were given different memory budgets ({by_rank} "
+            "bytes); every rank must follow one plan, made for one budget"
+        )
+    profiles = [p for p, _ in gathered]
     counts = {len(p.layers) for p in profiles}
     if len(counts) != 1:
         by_rank = ", ".join(f"rank {r}: {len(p.layers)}" for r, p in enumerate(profiles))

@@ -349,7 +349,7 @@ def plan(
         raise ValueError(
             f"profile: has {len(profile.layers)} layers, functions has {len(functions)}"
         )
-    profile = distributed.agree_on_profile(profile, plan_group)
+    profile = distributed.agree_on_profile(profile, parse_bytes(memory_budget), plan_group)
     found = plan_profile(
         profile, memory_budget, slots=slots, microbatches_in_flight=microbatches_in_flight
     )
