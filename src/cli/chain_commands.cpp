@@ -72,14 +72,15 @@ void print_chain(json out, const chain::Simulation& sim, double seconds, json ac
 std::string slots_note(std::int64_t requested, std::int64_t budget,
                        const chain::ProfilePlan& plan) {
   const std::string asked = std::to_string(requested) + " slots requested; ";
+  const std::string unit =
+      std::to_string(plan.unit_bytes) + (plan.unit_bytes == 1 ? " byte" : " bytes");
   if (plan.slots < requested) {
-    return asked + std::to_string(plan.slots) + " units of " + std::to_string(plan.unit_bytes) +
-           " bytes, the sizes' greatest common divisor, already plan exactly in bytes, and more "
-           "units would not change the plan";
+    return asked + std::to_string(plan.slots) + " units of " + unit +
+           ", the sizes' greatest common divisor, already plan exactly in bytes, and more units "
+           "would not change the plan";
   }
   return asked + "units of floor(" + std::to_string(budget) + " / " + std::to_string(requested) +
-         ") = " + std::to_string(plan.unit_bytes) + " bytes, of which the budget holds " +
-         std::to_string(plan.slots);
+         ") = " + unit + ", of which the budget holds " + std::to_string(plan.slots);
 }
 
 void run_profile(const ChainOptions& o) {

@@ -31,10 +31,18 @@ void run(const EagerOptions& o) {
   if (o.slots && *o.slots < 1) throw InputError("slots", std::nullopt, "must be >= 1");
   const eager::Profile profile = io::read_eager_profile(read_input(o.profile));
   const auto start = std::chrono::steady_clock::now();
-  const eager::Plan plan =
-      budget ? eager::plan(profile, *budget,
-                           o.slots ? *o.slots : eager::default_slots(profile.layers.size()), cap)
-             : eager::minimum_memory_plan(profile);
+  const eager::Plan plan = [&] {
+    if (!budget) return eager::minimum_memory_plan(profile);
+    try {
+      return eager::plan(profile, *budget,
+                         o.slots ? *o.slots : eager::default_slots(profile.layers.size()), cap);
+    } catch (const InputError& error) {
+      // The core names the Python argument; here the budget is --budget.
+      if (error.field() != "memory_budget") throw;
+      const std::string said = error.what();
+      throw InputError("budget", error.index(), said.substr(said.find(": ") + 2));
+    }
+  }();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   json regions = json::array();

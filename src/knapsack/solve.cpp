@@ -86,7 +86,7 @@ detail::ReducedSolution dispatch(const detail::ReducedProblem& reduced, const So
 }
 
 std::string bytes_text(std::size_t bytes) {
-  return text::integer(bytes) + " bytes";
+  return text::integer(bytes) + (bytes == 1 ? " byte" : " bytes");
 }
 
 // A table solver's need is known up front; refuse it before anything is allocated, and say

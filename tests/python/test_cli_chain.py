@@ -382,7 +382,7 @@ def test_small_budget_slots_note(run, tmp_path):
     assert (exact["slots"], exact["unit_bytes"], exact["exact"]) == (15, 1, True)
     assert (
         exact["slots_note"]
-        == "10 slots requested; units of floor(15 / 10) = 1 bytes, of which the budget holds 15"
+        == "10 slots requested; units of floor(15 / 10) = 1 byte, of which the budget holds 15"
     )
     coarse = chain(run, "--profile", path, "--budget", "15", "--slots", "4")
     assert (coarse["slots"], coarse["unit_bytes"]) == (5, 3)

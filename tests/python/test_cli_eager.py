@@ -48,6 +48,9 @@ def test_budget_below_the_minimum_states_it(run):
     code, out, err = run("eager", str(PROFILE), "--budget", str(least - 1))
     assert code == 2 and out == ""
     assert f"least peak any plan reaches, {least} bytes" in err
+    # Named as the option is (the core names the Python argument, memory_budget).
+    code, out, err = run("eager", str(PROFILE), "--budget", "1")
+    assert err.startswith("error: budget: 1 byte is below the least peak any plan reaches")
 
 
 @pytest.mark.parametrize(
