@@ -13,6 +13,7 @@ import warnings
 
 import pytest
 import torch
+from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import SAC_IGNORED_OPS, checkpoint, create_selective_checkpoint_contexts
 
@@ -186,6 +187,32 @@ def test_random_views_and_late_ops_are_never_cached():
     assert all(not op.cacheable for op in ops.ops if "dropout" in op.name or "bernoulli" in op.name)
     table = selective.describe(ops, selective.menu(ops)[-1])
     assert table.startswith("keeps ") and f"of {len(ops.ops)} ops" in table
+
+
+class WritesThroughOut(nn.Module):
+    """Accumulates into a fresh tensor through out=, as statistics code does."""
+
+    def __init__(self, width=16):
+        super().__init__()
+        self.fc = nn.Linear(width, width)
+
+    def forward(self, x):
+        h = self.fc(x)
+        with torch.no_grad():
+            stats = torch.zeros(x.shape[0], 1)
+            torch.add(stats, h.detach().amax(dim=-1, keepdim=True), out=stats)
+        return h * stats
+
+
+def test_a_tensor_written_through_out_is_never_cached():
+    # The write went unseen (only positional arguments were read): zeros was cached, and the
+    # re-run added the statistics again to the cached, already-updated tensor, so gradients were
+    # silently wrong.
+    layer, x = WritesThroughOut(), torch.randn(8, 16)
+    with _PreservedState([layer], {x.device}):
+        ops = selective.profile_ops(layer, (x,), {}, set(), repeats=0)
+    zeros = [op for op in ops.ops if op.name.startswith("aten.zeros")]
+    assert zeros and all(op.why_not == "mutated later" for op in zeros), ops.ops
 
 
 def test_attention_is_random_only_with_dropout():

@@ -141,9 +141,12 @@ class _OpRecorder(TorchDispatchMode):
             self.producer[key] = index
         mutated = set()
         if func._schema.is_mutable:
-            for argument, value in zip(func._schema.arguments, args):
-                if argument.alias_info is not None and argument.alias_info.is_write:
-                    mutated |= {storage_key(t) for t in _tensors(value)}
+            # Keyword arguments too: torch.add(s, v, out=s) writes s through its `out`.
+            for position, argument in enumerate(func._schema.arguments):
+                if argument.alias_info is None or not argument.alias_info.is_write:
+                    continue
+                value = args[position] if position < len(args) else kwargs.get(argument.name)
+                mutated |= {storage_key(t) for t in _tensors(value)}
         self.names.append(str(func))
         self.seconds.append(seconds)
         self.created.append(created)
