@@ -215,6 +215,31 @@ def test_a_tensor_written_through_out_is_never_cached():
     assert zeros and all(op.why_not == "mutated later" for op in zeros), ops.ops
 
 
+class RoutesAndReturnsLogits(nn.Module):
+    """A mixture-of-experts layer's shape: returns its output and its router's logits."""
+
+    def __init__(self, width=16):
+        super().__init__()
+        self.router, self.fc = nn.Linear(width, 4), nn.Linear(width, width)
+
+    def forward(self, x):
+        logits = self.router(x)
+        h = torch.tanh(self.fc(x)) * logits.softmax(-1).amax(-1, keepdim=True)
+        return x + h, logits
+
+
+def test_ops_that_create_an_output_are_never_cached():
+    # They were free items, cached by every entry: the cache held logits that the model's code
+    # dropped (measured 57% over the prediction and over the budget), and an output the model
+    # changed in place made SAC raise in backward.
+    layer, x = RoutesAndReturnsLogits(), torch.randn(8, 16)
+    with _PreservedState([layer], {x.device}):
+        ops = selective.profile_ops(layer, (x,), {}, set(), repeats=0)
+    returned = {i for i, op in enumerate(ops.ops) if op.why_not == "returned"}
+    assert len(returned) == 2, ops.ops  # the router's addmm and the residual add
+    assert all(not entry.cached & returned for entry in selective.menu(ops))
+
+
 def test_attention_is_random_only_with_dropout():
     """torch tags every scaled_dot_product_attention kernel seeded (for its dropout): with
     dropout_p > 0 (the GPT block in training) it draws from the RNG and is never cached; with

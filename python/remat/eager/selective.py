@@ -23,6 +23,9 @@ What is never cached, so that SAC stays exact and the accounting additive:
   (attention without dropout draws nothing, and is cached like any other op);
 - views and in-place ops (they create no storage; caching a view would keep its base alive);
 - ops whose outputs are mutated later in the layer (SAC refuses mutated cache entries);
+- ops that create one of the layer's outputs: the cache would hold an output the model's code may
+  drop (a router's logits, attention probabilities: bytes no plan counted) or change in place
+  (SAC then refuses it in backward);
 - ops after the last one backward needs (never re-run, nothing to spare).
 
 Measured, not estimated: each op's time comes from running the layer under a dispatch mode that
@@ -61,7 +64,8 @@ class OpRecord:
     new_bytes: int  # bytes of the storages it creates that are not the layer's outputs
     seconds: float
     cacheable: bool
-    why_not: str = ""  # when not cacheable: random, view or in-place, mutated later, not re-run
+    # When not cacheable: random, view or in-place, mutated later, returned, not re-run.
+    why_not: str = ""
 
 
 @dataclass(frozen=True)
@@ -222,6 +226,8 @@ def profile_ops(
             why_not = "view or in-place"
         elif index in mutated_later:
             why_not = "mutated later"
+        elif recorder.created[index] & outputs:
+            why_not = "returned"
         elif index > last_needed:
             why_not = "not re-run"
         ops.append(
