@@ -240,6 +240,16 @@ def test_ops_that_create_an_output_are_never_cached():
     assert all(not entry.cached & returned for entry in selective.menu(ops))
 
 
+def test_layers_that_cast_weights_under_autocast_get_no_selective_options():
+    # A shared block's later calls found autocast's weight casts cached, while its re-run in
+    # backward cast them again: SAC raised "_to_copy ... not found in storage" in backward.
+    layer, x = WritesThroughOut(), torch.randn(8, 16)
+    with _PreservedState([layer], {x.device}), torch.autocast("cpu", torch.bfloat16):
+        assert not selective.profile_ops(layer, (x,), {}, set(), repeats=0).replays
+        layer.to(torch.bfloat16)  # nothing to cast: selective as without autocast
+        assert selective.profile_ops(layer, (x.bfloat16(),), {}, set(), repeats=0).replays
+
+
 def test_attention_is_random_only_with_dropout():
     """torch tags every scaled_dot_product_attention kernel seeded (for its dropout): with
     dropout_p > 0 (the GPT block in training) it draws from the RNG and is never cached; with

@@ -174,6 +174,24 @@ def _draws_random(func: Any, args: tuple, kwargs: dict) -> bool:
     return not (isinstance(value, (int, float)) and value == 0)
 
 
+def _casts_weights(function: Callable[..., Any], args: tuple, kwargs: dict) -> bool:
+    """Whether the layer runs under autocast with weights of another dtype. Autocast casts each
+    such weight once per autocast region and caches the cast: a shared block's later calls, or
+    a forward after a measuring run, find it cast, while the re-run in backward (after the region
+    ended) casts it again. SAC matches a re-run's ops to the forward's by op and count, so the
+    extra casts make it raise, or hand one cast's cached value to another. Whole regions re-run
+    any casts safely, so such a layer is planned as a block."""
+    devices = {t.device.type for t in _tensors((args, kwargs))}
+    autocast = {d: torch.get_autocast_dtype(d) for d in devices if torch.is_autocast_enabled(d)}
+    if not autocast:
+        return False
+    return any(
+        p.is_floating_point() and p.device.type in autocast and p.dtype != autocast[p.device.type]
+        for module in _modules_of(function)
+        for p in module.parameters()
+    )
+
+
 def _record(function: Callable[..., Any], args: tuple, kwargs: dict, excluded: set[Key]):
     recorder = _OpRecorder(any(t.is_cuda for t in _tensors((args, kwargs))), _modules_of(function))
 
@@ -196,8 +214,11 @@ def profile_ops(
     repeats: int = 2,
 ) -> OpProfile:
     """The ops of one call of a layer, measured on detached copies of its inputs (the caller
-    restores RNG state and buffers). Each op's time is the least over 1 + `repeats` runs."""
+    restores RNG state and buffers). Each op's time is the least over 1 + `repeats` runs. Under
+    autocast with weights to cast, the layer gets no selective options (see _casts_weights)."""
     args, kwargs = _detached(args), _detached(kwargs)
+    if _casts_weights(function, args, kwargs):
+        return OpProfile((), -1, replays=False)
     recorder, saved, outputs = _record(function, args, kwargs, excluded)
     seconds = [[s] for s in recorder.seconds]
     same_ops = True
