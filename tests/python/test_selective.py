@@ -484,6 +484,22 @@ def test_op_level_plans_under_torch_compile(compiled, monkeypatch):
         torch._dynamo.reset()
 
 
+def test_blocks_compiled_one_by_one_past_the_recompile_limit_are_said_to_run_eagerly():
+    # torch.compile traces remat's block wrapper once per block call and keeps at most
+    # recompile_limit graphs of it: past 8 blocks the rest ran eagerly, without a word.
+    import torch._dynamo
+
+    limit = torch._dynamo.config.recompile_limit
+    model = nn.Module()
+    model.layers = nn.ModuleList(nn.Linear(8, 8) for _ in range(limit + 2))
+    model.forward = lambda x: [x := torch.tanh(layer(x)) for layer in model.layers][-1]
+    handle = remat_eager.auto_checkpoint(model, memory_budget=2**30, blocks=list(model.layers))
+    for i, layer in enumerate(model.layers):
+        model.layers[i] = torch.compile(layer, backend="eager")
+    model(torch.randn(4, 8)).sum().backward()
+    assert any(f"recompile_limit = {limit}" in w for w in handle.warnings), handle.warnings
+
+
 def test_policy_realigns_on_ops_traced_otherwise_under_torch_compile():
     """What differs under torch.compile is said, not hidden: tracing dispatches CPU dropout as
     aten.native_dropout where eager (and so the profile) ran empty_like, bernoulli_, div_ and

@@ -324,7 +324,31 @@ class AutoCheckpoint:
         self._block_plans[plan_key] = found
         self.plans[key] = made
         self.plan = made
+        self._check_compile_limit(len(calls))
         return found
+
+    def _check_compile_limit(self, calls: int) -> None:
+        """Blocks compiled one by one share remat's wrapper, which torch.compile traces once per
+        block call (each with its own place in the plan) and keeps at most recompile_limit
+        graphs of: calls past that run eagerly, correct but not compiled."""
+        import torch._dynamo
+
+        limit = getattr(torch._dynamo.config, "recompile_limit", None)
+        blocks = {id(m) for m in self.blocks.modules}
+        compiled = any(
+            isinstance(m, torch._dynamo.eval_frame.OptimizedModule)
+            and id(m._orig_mod) in blocks
+            or id(m) in blocks
+            and getattr(m, "_compiled_call_impl", None) is not None
+            for m in self.model.modules()
+        )
+        if compiled and isinstance(limit, int) and calls > limit:
+            self._warn(
+                f"the blocks are compiled one by one, and the step makes {calls} block calls: "
+                f"torch.compile keeps at most torch._dynamo.config.recompile_limit = {limit} "
+                "graphs of remat's block wrapper (one a call), so the calls past that run "
+                f"eagerly. Raise that limit to at least {calls}, or compile the whole model"
+            )
 
     # --- one block call ----------------------------------------------------------------------
 
