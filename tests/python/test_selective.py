@@ -241,13 +241,22 @@ def test_ops_that_create_an_output_are_never_cached():
 
 
 def test_layers_that_cast_weights_under_autocast_get_no_selective_options():
-    # A shared block's later calls found autocast's weight casts cached, while its re-run in
-    # backward cast them again: SAC raised "_to_copy ... not found in storage" in backward.
-    layer, x = WritesThroughOut(), torch.randn(8, 16)
+    # A shared block's later calls found autocast's weight casts cached (as did the profiling
+    # runs, after the measuring one), while its re-run in backward cast them again: SAC raised
+    # "_to_copy ... not found in storage" in backward. Such calls are planned as blocks.
+    block = WritesThroughOut()
+    model = nn.Module()
+    model.block = block
+    model.forward = lambda x: block(torch.tanh(block(x)))  # one block, called twice
+    handle = remat_eager.auto_checkpoint(model, memory_budget=2**30, blocks=[block])
+    with torch.autocast("cpu", torch.bfloat16):
+        model(torch.randn(8, 16)).float().sum().backward()
+    assert len(handle.plan.profile.layers) == 2
+    assert all(not layer.options for layer in handle.plan.profile.layers)
+    layer, x = WritesThroughOut().to(torch.bfloat16), torch.randn(8, 16, dtype=torch.bfloat16)
     with _PreservedState([layer], {x.device}), torch.autocast("cpu", torch.bfloat16):
-        assert not selective.profile_ops(layer, (x,), {}, set(), repeats=0).replays
-        layer.to(torch.bfloat16)  # nothing to cast: selective as without autocast
-        assert selective.profile_ops(layer, (x.bfloat16(),), {}, set(), repeats=0).replays
+        # Nothing to cast: selective as without autocast.
+        assert selective.profile_ops(layer, (x,), {}, set(), repeats=0).replays
 
 
 def test_attention_is_random_only_with_dropout():
