@@ -219,6 +219,34 @@ def test_shapes_new_on_one_rank_are_planned_by_all_ranks_together(mode, tmp_path
         assert max(r["peaks"]) <= r["budget"], r
 
 
+def _evicted_worker(rank, world, store, out):
+    import remat.torch as rt
+
+    _init(rank, world, store)
+    layers = [Block() for _ in range(4)]
+    budget = 10**6
+
+    def call(rows, group=None):
+        x = torch.randn(rows, 32, requires_grad=True)
+        y = rt.checkpoint_sequential(layers, x, memory_budget=budget, plan_group=group, tune=False)
+        y.sum().backward()
+
+    call(8)
+    if rank == 0:  # rank 0 alone fills its plan cache (64 plans) with plans of its own
+        for rows in range(9, 9 + 64):
+            call(rows, "local")
+    call(8)  # rank 0 lost the group's plan, rank 1 has it: all plan again, together
+    call(8)
+    _write(out, rank, {"done": True})
+    _finish()
+
+
+def test_a_plan_one_rank_lost_from_its_cache_is_made_again_by_all(tmp_path):
+    # Rank 0 planned alone, rank 1 went on, and gloo aborted on a collective mismatch.
+    results = _spawn(_evicted_worker, 2, tmp_path, seconds=120)
+    assert all(r["done"] for r in results)
+
+
 def dist_all(value):
     gathered = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, value)

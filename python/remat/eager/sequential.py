@@ -56,7 +56,9 @@ class _PlanCache:
 
 
 _plans = _PlanCache()
-_numbers: dict[Any, int] = {}  # under a process group: this rank's number for each call's key
+# Under a process group: this rank's number for each call's key. Never renumbered: a number
+# given again to other inputs would pair with another rank's cached plan.
+_numbers: dict[Any, int] = {}
 
 
 def checkpoint_sequential(
@@ -103,13 +105,17 @@ def checkpoint_sequential(
         run_context([m for f in functions for m in _modules_of(f)] + exclude),
     )
     if distributed.active(plan_group):
-        # Ranks may call with other shapes (uneven batches): all plan, together, whenever the
-        # combination of the ranks' calls is new (see distributed.step_inputs).
-        if len(_numbers) > 4096:  # new functions each call: numbering again only plans again
-            _numbers.clear()
+        # Ranks may call with other shapes (uneven batches): the plan is kept for the combination
+        # of the ranks' calls (see distributed.step_inputs), and all ranks plan, together, unless
+        # every one has it cached (a rank's cache can lose it alone: calls with
+        # plan_group="local" and new function objects fill one rank's cache only).
         number = _numbers.setdefault(key, len(_numbers))
         key = (key, distributed.step_inputs(number, False, plan_group)[0])
-    found = _plans.get(key, functions)
+        found = _plans.get(key, functions)
+        if not distributed.step_inputs(number, found is not None, plan_group)[1]:
+            found = None
+    else:
+        found = _plans.get(key, functions)
     if found is None:
         found = plan(
             functions,
