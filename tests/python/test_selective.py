@@ -100,7 +100,7 @@ def test_menu_matches_what_sac_caches_and_reruns(name):
 def test_modes_cost_is_measured_on_the_layer_and_charged_to_selective_options(name):
     """On CPU each layer's SAC cost is measured on the layer itself; every option that keeps ops
     pays it on top of the ops it re-runs (scaled like every op time), the plain region does not."""
-    from remat.eager.profile import _option_seconds
+    from remat.eager.profile import option_seconds
 
     layer, h = layer_and_input(name)
     with _PreservedState([layer], {h.device}):
@@ -114,12 +114,12 @@ def test_modes_cost_is_measured_on_the_layer_and_charged_to_selective_options(na
     assert 0 < floor < ops.rerun_seconds  # views are never cached, but take little time
     entries = selective.menu(ops)
     for entry in entries:
-        seconds = _option_seconds(ops, entry, 2.0, plain_forward)
+        seconds = option_seconds(ops, entry, 2.0, plain_forward)
         if entry.cached:
             expected = (entry.recompute_seconds - floor) * 2.0 + forward_extra + cached_rerun
             assert seconds == pytest.approx(expected)
             assert seconds >= forward_extra + cached_rerun
-            slower = _option_seconds(ops, entry, 2.0, 2 * caching_forward)  # modes cost nothing
+            slower = option_seconds(ops, entry, 2.0, 2 * caching_forward)  # modes cost nothing
             assert slower == pytest.approx(seconds - forward_extra)
         else:
             assert seconds == pytest.approx(entry.recompute_seconds * 2.0)

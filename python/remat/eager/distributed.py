@@ -35,7 +35,7 @@ from dataclasses import replace
 from typing import Any
 
 
-from .profile import LayerProfile, Profile, _option_seconds
+from .profile import LayerProfile, Profile, option_seconds
 
 _groups: dict[tuple[tuple[int, ...], float], Any] = {}
 
@@ -189,7 +189,7 @@ def _agreed_options(
             total = sum(op.seconds for op in ops.ops)
             scale = layer.forward_seconds / total if total > 0 else 1.0
             held.append(own.held_bytes)
-            seconds.append(_option_seconds(ops, own, scale, layer.forward_seconds))
+            seconds.append(option_seconds(ops, own, scale, layer.forward_seconds))
         options.append((max(held), statistics.median(seconds)))
         agreed.append(replace(entry, held_bytes=max(held)))
     return tuple(options), (first_ops, tuple(agreed))

@@ -260,7 +260,7 @@ def with_menus(profile: Profile, ops: Sequence[Any]) -> Profile:
         scale = layer.forward_seconds / total if total > 0 else 1.0
         entries = tuple(menu(op_profile))
         options = tuple(
-            (e.held_bytes, _option_seconds(op_profile, e, scale, layer.forward_seconds))
+            (e.held_bytes, option_seconds(op_profile, e, scale, layer.forward_seconds))
             for e in entries
         )
         layers.append(replace(layer, options=options))
@@ -268,7 +268,7 @@ def with_menus(profile: Profile, ops: Sequence[Any]) -> Profile:
     return replace(profile, layers=tuple(layers), selective=tuple(selective))
 
 
-def _option_seconds(op_profile: Any, entry: Any, scale: float, forward_seconds: float) -> float:
+def option_seconds(op_profile: Any, entry: Any, scale: float, forward_seconds: float) -> float:
     """The re-run time of one menu entry, in the profile's unit (see with_menus): an entry that
     keeps ops pays its caching forward's time over the plain forward (`forward_seconds`) too."""
     if not entry.cached or op_profile.modes_seconds is None:
