@@ -335,13 +335,13 @@ class AutoCheckpoint:
 
         limit = getattr(torch._dynamo.config, "recompile_limit", None)
         blocks = {id(m) for m in self.blocks.modules}
-        compiled = any(
-            isinstance(m, torch._dynamo.eval_frame.OptimizedModule)
-            and id(m._orig_mod) in blocks
-            or id(m) in blocks
-            and getattr(m, "_compiled_call_impl", None) is not None
-            for m in self.model.modules()
-        )
+
+        def compiled_block(m: nn.Module) -> bool:  # torch.compile(block), or block.compile()
+            if isinstance(m, torch._dynamo.eval_frame.OptimizedModule):
+                return id(m._orig_mod) in blocks
+            return id(m) in blocks and getattr(m, "_compiled_call_impl", None) is not None
+
+        compiled = any(compiled_block(m) for m in self.model.modules())
         if compiled and isinstance(limit, int) and calls > limit:
             self._warn(
                 f"the blocks are compiled one by one, and the step makes {calls} block calls: "
