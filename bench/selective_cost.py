@@ -7,7 +7,7 @@ on one thread, timed by the thread's CPU time. For several entries of the block'
 "recompute everything" to "cache every cacheable op") it compares:
 
 - predicted: the re-run time the chain planner is given for that entry
-  (`remat.eager.profile._option_seconds`): the ops it re-runs, scaled to the block's forward
+  (`remat.eager.profile.option_seconds`): the ops it re-runs, scaled to the block's forward
   time, plus, when it keeps ops, what SAC's modes were measured to add to this block
   (`selective.measure_modes`);
 - the model before it (the ops alone, plus a per-op figure for the modes measured on a chain
@@ -34,7 +34,7 @@ import models  # noqa: E402
 
 from remat.eager import selective  # noqa: E402
 from remat.eager._runtime import _PreservedState, clock  # noqa: E402
-from remat.eager.profile import _option_seconds  # noqa: E402
+from remat.eager.profile import option_seconds  # noqa: E402
 
 
 def main() -> None:
@@ -106,7 +106,7 @@ def main() -> None:
         "| ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for entry, samples in zip(picked, extra.values()):
-        predicted = _option_seconds(ops, entry, scale, forward)
+        predicted = option_seconds(ops, entry, scale, forward)
         before = entry.recompute_seconds * scale
         if entry.cached:
             before += args.per_op_us * 1e-6 * dispatches
