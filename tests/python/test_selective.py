@@ -139,6 +139,21 @@ class _EveryOtherCallDiffers(torch.nn.Module):
         return y * 2.0 if self.calls % 2 else y
 
 
+def test_what_goes_off_the_plan_reaches_the_given_warn():
+    # auto_checkpoint hands its handle's _warn, so handle.warnings lists a diverging policy too
+    # (it went to warnings.warn alone).
+    layer, h = layer_and_input("gpt")
+    with _PreservedState([layer], {h.device}):
+        ops = selective.profile_ops(layer, (h,), {}, set(), repeats=0)
+    said: list[str] = []
+    contexts = selective.context_fn(ops, selective.menu(ops)[-1], "gpt block", said.append)
+    other = nn.Sequential(nn.Linear(h.shape[-1], 8), nn.Tanh())  # not the ops profiled
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing through warnings.warn
+        checkpoint(other, h, use_reentrant=False, context_fn=contexts).sum().backward()
+    assert len(said) == 1 and "gpt block ran op" in said[0], said
+
+
 def test_a_layer_sac_does_not_replay_gets_no_selective_options():
     """A layer that does not replay the ops it was profiled with (here every other call runs
     one more op) is found out while it is profiled, without an error or a warning, and is

@@ -318,7 +318,8 @@ class AutoCheckpoint:
         )
         distributed.verify_same_plan((made.regions, made.options), group=self.plan_group)
         regions = {
-            first: made.context_fn(index) for index, (first, _, _) in enumerate(made.regions)
+            first: made.context_fn(index, self._warn)
+            for index, (first, _, _) in enumerate(made.regions)
         }
         found = _BlockPlan(made, calls, regions)
         self._block_plans[plan_key] = found

@@ -88,15 +88,18 @@ class Plan:
         entry = self._entry(region)
         return entry is not None and bool(entry.cached)
 
-    def context_fn(self, region: int) -> Callable[[], Any] | None:
+    def context_fn(
+        self, region: int, warn: Callable[[str], None] | None = None
+    ) -> Callable[[], Any] | None:
         """torch.utils.checkpoint's `context_fn` for region `region` (index into `regions`):
-        its selective policy when the plan keeps some of its ops, else None (re-run all)."""
+        its selective policy when the plan keeps some of its ops, else None (re-run all).
+        `warn` gets what goes off the plan (a RuntimeWarning when not given)."""
         entry = self._entry(region)
         if entry is None or not entry.cached:
             return None
         first = self.regions[region][0]
         op_profile, _ = self.profile.selective[first]
-        return selective.context_fn(op_profile, entry, self.profile.layers[first].name)
+        return selective.context_fn(op_profile, entry, self.profile.layers[first].name, warn)
 
     def contexts(self) -> dict[int, Callable[[], Any]]:
         """Every selective region's `context_fn`, by region index."""

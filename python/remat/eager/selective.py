@@ -352,6 +352,10 @@ def _same_op(name: str) -> str:
 _REALIGN_WITHIN = 8  # profiled ops a traced op may be ahead of its position
 
 
+def _warn(message: str) -> None:
+    warnings.warn(f"remat: {message}", RuntimeWarning, stacklevel=4)
+
+
 class _Policy:
     """The SAC policy of one menu entry for one forward of its layer: the i-th op (in dispatch
     order, SAC's ignored ops left out) is saved when i is cached. If the ops seen differ from
@@ -364,8 +368,15 @@ class _Policy:
     has within the next few positions resumes the plan from it, one it lacks is re-computed;
     ops of the profile it skips are not kept; a warning says so once."""
 
-    def __init__(self, names: tuple[str, ...], cached: frozenset[int], label: str) -> None:
+    def __init__(
+        self,
+        names: tuple[str, ...],
+        cached: frozenset[int],
+        label: str,
+        warn: Callable[[str], None] | None = None,
+    ) -> None:
         self.names, self.cached, self.label = names, cached, label
+        self.warn = warn or _warn
         self.index = 0
         self.diverged = False
         self.realigned = False
@@ -384,24 +395,20 @@ class _Policy:
             found = next((k for k in ahead if _same_op(self.names[k]) == name), None)
             if not self.realigned:
                 self.realigned = True
-                warnings.warn(
-                    f"remat: {self.label} traced op {func} at position {index}, where eager ran "
+                self.warn(
+                    f"{self.label} traced op {func} at position {index}, where eager ran "
                     f"{self.names[index] if index < len(self.names) else 'none'}; the policy "
-                    "realigns on the ops that follow (the differing ones are re-computed)",
-                    RuntimeWarning,
-                    stacklevel=2,
+                    "realigns on the ops that follow (the differing ones are re-computed)"
                 )
             if found is None:
                 return CheckpointPolicy.PREFER_RECOMPUTE
             index, self.index = found, found + 1
         else:
             self.diverged = True
-            warnings.warn(
-                f"remat: {self.label} ran op {func} at position {index}, not the profiled "
+            self.warn(
+                f"{self.label} ran op {func} at position {index}, not the profiled "
                 f"{self.names[index] if index < len(self.names) else 'end'}; its remaining ops "
-                "are re-computed",
-                RuntimeWarning,
-                stacklevel=2,
+                "are re-computed"
             )
             return CheckpointPolicy.PREFER_RECOMPUTE
         if index not in self.cached:
@@ -413,12 +420,18 @@ class _Policy:
         return CheckpointPolicy.MUST_SAVE
 
 
-def context_fn(profile: OpProfile, entry: MenuEntry, label: str) -> Callable[[], Any]:
-    """What torch.utils.checkpoint's `context_fn` takes for this menu entry."""
+def context_fn(
+    profile: OpProfile,
+    entry: MenuEntry,
+    label: str,
+    warn: Callable[[str], None] | None = None,
+) -> Callable[[], Any]:
+    """What torch.utils.checkpoint's `context_fn` takes for this menu entry. `warn` gets what
+    goes off the plan (a RuntimeWarning when not given)."""
     names = tuple(op.name for op in profile.ops)
 
     def contexts() -> Any:
-        policy = _Policy(names, entry.cached, label)
+        policy = _Policy(names, entry.cached, label, warn)
         try:  # torch's own modes on a cache that SavedTensorMeter can count
             from torch.utils.checkpoint import _CachedTorchDispatchMode, _CachingTorchDispatchMode
         except ImportError:
