@@ -23,34 +23,16 @@ import statistics
 import tempfile
 import time
 
+import sys
+
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-
-class Block(nn.Module):
-    def __init__(self, width: int) -> None:
-        super().__init__()
-        self.norm = nn.LayerNorm(width)
-        self.up = nn.Linear(width, 4 * width)
-        self.down = nn.Linear(4 * width, width)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(torch.tanh(self.up(self.norm(x))))
-
-
-class Net(nn.Module):
-    def __init__(self, depth: int, width: int) -> None:
-        super().__init__()
-        self.layers = nn.ModuleList(Block(width) for _ in range(depth))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers:
-            x = x + layer(x)
-        return x
+sys.path.insert(0, str(ROOT / "examples"))
+import models  # noqa: E402
 
 
 def worker(rank: int, world: int, store: str, out: str, args: argparse.Namespace) -> None:
@@ -61,18 +43,20 @@ def worker(rank: int, world: int, store: str, out: str, args: argparse.Namespace
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     torch.manual_seed(0)
-    base = Net(args.depth, args.width)
-    x = torch.randn(args.rows, args.width)
+    base, _, x = models.make_mlp(depth=args.depth, width=args.width, batch=args.rows)
     measured = rt.measure(copy.deepcopy(base), x, verbose=False, plan_group="local")
-    # The least budget: every block its own region, on both handles (a budget between would let
+    # The least budget: the least-memory plan on both handles (a budget between would let
     # the agreeing handle plan from the ranks' median times and the local one from its own, and
     # two plans would be compared instead of the agreement).
     budget = measured.least_budget_bytes
     nets, plans = {}, {}
     for group in ("agreeing", "local"):
         model = copy.deepcopy(base)
-        handle = rt.auto_checkpoint(
-            model, memory_budget=budget, plan_group=None if group == "agreeing" else "local"
+        handle = rt.auto_checkpoint(  # untuned: tuning's timings would differ between handles
+            model,
+            memory_budget=budget,
+            plan_group=None if group == "agreeing" else "local",
+            tune=False,
         )
         nets[group], plans[group] = DDP(model), handle
 
@@ -131,9 +115,10 @@ def main() -> None:
         f"`python bench/distributed_agreement.py --world {args.world} --steps {args.steps} "
         f"--depth {args.depth} --width {args.width} --rows {args.rows}`: {args.world} gloo ranks "
         f"on this machine ({os.cpu_count()} cores, {platform.machine()}), one intra-op thread "
-        "each, DDP, a residual MLP of "
-        f"{args.depth} blocks ({args.rows} x {args.width}), at the least budget (every block a "
-        f"region, the same plan on both handles); {args.steps} paired steps after 3 warm-up steps, the two handles "
+        "each, DDP, examples/models.py's residual MLP of "
+        f"{args.depth} blocks ({args.rows} x {args.width}, an nn.Sequential: one chain plan, "
+        "untuned), at the least budget (the same plan on "
+        f"both handles); {args.steps} paired steps after 3 warm-up steps, the two handles "
         "interleaved, every step started by a barrier.",
         "",
         '| rank | step, agreeing (ms) | step, plan_group="local" (ms) | paired difference (ms) '
