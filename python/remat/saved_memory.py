@@ -176,7 +176,7 @@ class SavedTensorMeter:
         if self._persistent(tensor):
             return tensor
         saved = _Saved(tensor.detach())
-        self._hold(saved, tensor)
+        self._count(saved, tensor)
         return saved
 
     @staticmethod
@@ -184,9 +184,11 @@ class SavedTensorMeter:
         return saved.tensor if isinstance(saved, _Saved) else saved
 
     def _hold(self, owner: Any, tensor: torch.Tensor) -> None:
-        """Counts `tensor`'s storage until `owner` is garbage."""
-        if self._persistent(tensor):
-            return
+        """Counts `tensor`'s storage until `owner` is garbage, unless it is a parameter's."""
+        if not self._persistent(tensor):
+            self._count(owner, tensor)
+
+    def _count(self, owner: Any, tensor: torch.Tensor) -> None:
         key = storage_key(tensor)
         count = self._counts.get(key, 0)
         self._counts[key] = count + 1
