@@ -35,7 +35,7 @@ from dataclasses import replace
 from typing import Any
 
 
-from .profile import LayerProfile, Profile, option_seconds
+from .profile import LayerProfile, Profile, option_seconds, time_scale
 
 _groups: dict[tuple[tuple[int, ...], float], Any] = {}
 
@@ -167,7 +167,7 @@ def _agreed_options(
     entry caches the same ops on every rank, holding the most bytes any rank's ops hold and
     re-running in the median of their times. None (no options) unless every rank profiled the
     same ops and can cache each entry's."""
-    from .selective import MenuEntry
+    from .selective import entry_of
 
     if any(m is None for m in menus):
         return (), None
@@ -181,13 +181,8 @@ def _agreed_options(
         for layer, (ops, _) in zip(versions, menus):
             if not all(ops.ops[i].cacheable for i in entry.cached):
                 return (), None
-            own = MenuEntry(
-                entry.cached,
-                sum(ops.ops[i].new_bytes for i in entry.cached),
-                max(0.0, ops.rerun_seconds - sum(ops.ops[i].seconds for i in entry.cached)),
-            )
-            total = sum(op.seconds for op in ops.ops)
-            scale = layer.forward_seconds / total if total > 0 else 1.0
+            own = entry_of(ops, entry.cached)
+            scale = time_scale(ops, layer.forward_seconds)
             held.append(own.held_bytes)
             seconds.append(option_seconds(ops, own, scale, layer.forward_seconds))
         options.append((max(held), statistics.median(seconds)))

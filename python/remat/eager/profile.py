@@ -256,8 +256,7 @@ def with_menus(profile: Profile, ops: Sequence[Any]) -> Profile:
             layers.append(layer)
             selective.append(None)
             continue
-        total = sum(op.seconds for op in op_profile.ops)
-        scale = layer.forward_seconds / total if total > 0 else 1.0
+        scale = time_scale(op_profile, layer.forward_seconds)
         entries = tuple(menu(op_profile))
         options = tuple(
             (e.held_bytes, option_seconds(op_profile, e, scale, layer.forward_seconds))
@@ -266,6 +265,12 @@ def with_menus(profile: Profile, ops: Sequence[Any]) -> Profile:
         layers.append(replace(layer, options=options))
         selective.append((op_profile, entries))
     return replace(profile, layers=tuple(layers), selective=tuple(selective))
+
+
+def time_scale(op_profile: Any, forward_seconds: float) -> float:
+    """What turns the layer's op times (measured one by one) into its forward time's unit."""
+    total = sum(op.seconds for op in op_profile.ops)
+    return forward_seconds / total if total > 0 else 1.0
 
 
 def option_seconds(op_profile: Any, entry: Any, scale: float, forward_seconds: float) -> float:

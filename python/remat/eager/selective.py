@@ -312,18 +312,21 @@ def measure_modes(
     return min(caching), max(0.0, min(cached) - after)
 
 
+def entry_of(profile: OpProfile, cached: frozenset[int]) -> MenuEntry:
+    """Caching the ops `cached`: the bytes they create, and the re-run time of the others."""
+    held = sum(profile.ops[i].new_bytes for i in cached)
+    spared = sum(profile.ops[i].seconds for i in cached)
+    return MenuEntry(cached, held, max(0.0, profile.rerun_seconds - spared))
+
+
 def menu(profile: OpProfile, entries: int = 12) -> list[MenuEntry]:
     """The layer's trade-off curve between cache bytes and re-run time: the exact knapsack's
     best set at `entries` budgets spread over the cacheable bytes (plus the two ends), each
     entry on the Pareto front (none holds more and re-runs longer than another)."""
-    full = profile.rerun_seconds
     items = [i for i, op in enumerate(profile.ops) if op.cacheable and op.seconds > 0]
     free = frozenset(i for i in items if profile.ops[i].new_bytes == 0)
     costly = [i for i in items if profile.ops[i].new_bytes > 0]
-    spared_free = sum(profile.ops[i].seconds for i in free)
-    found: dict[frozenset[int], MenuEntry] = {
-        free: MenuEntry(free, 0, max(0.0, full - spared_free))
-    }
+    found: dict[frozenset[int], MenuEntry] = {free: entry_of(profile, free)}
     if costly:
         weights = [float(profile.ops[i].new_bytes) for i in costly]
         values = [profile.ops[i].seconds for i in costly]
@@ -332,9 +335,7 @@ def menu(profile: OpProfile, entries: int = 12) -> list[MenuEntry]:
         for budget in budgets:
             result = _solve.solve(weights, values, budget, scale=1.0)
             chosen = frozenset(costly[j] for j in result.saved) | free
-            held = sum(profile.ops[i].new_bytes for i in chosen)
-            spared = sum(profile.ops[i].seconds for i in chosen)
-            found[chosen] = MenuEntry(chosen, held, max(0.0, full - spared))
+            found[chosen] = entry_of(profile, chosen)
     ordered = sorted(found.values(), key=lambda e: (e.held_bytes, e.recompute_seconds))
     front: list[MenuEntry] = []
     for entry in ordered:
@@ -455,4 +456,13 @@ def describe(profile: OpProfile, entry: MenuEntry) -> str:
     return f"keeps {len(kept)} of {len(profile.ops)} ops" + (f": {listed}" if listed else "")
 
 
-__all__ = ["MenuEntry", "OpProfile", "OpRecord", "context_fn", "describe", "menu", "profile_ops"]
+__all__ = [
+    "MenuEntry",
+    "OpProfile",
+    "OpRecord",
+    "context_fn",
+    "describe",
+    "entry_of",
+    "menu",
+    "profile_ops",
+]
