@@ -105,6 +105,14 @@ std::filesystem::path temporary_path(const std::string& suffix) {
          ("remat-plot-" + std::to_string(::getpid()) + suffix);
 }
 
+// A double as text that reads back as the same double (for the plotting child's arguments).
+std::string exact_text(double value) {
+  std::ostringstream text;
+  text.precision(17);
+  text << value;
+  return text.str();
+}
+
 // Plotting lives in the Python package (matplotlib); the instance is validated here first, so
 // bad input gets the same error and exit code as without --plot. The child's error line (a format
 // matplotlib cannot write, a path that cannot be written) becomes this command's, exit code 2.
@@ -126,23 +134,15 @@ void plot_through_python(const CommonOptions& o, const std::string& image,
     path = temporary;
   }
   const std::string errors = temporary_path(".err").string();
-  std::ostringstream scale;
-  scale.precision(17);
-  scale << o.scale;
   std::string limits;
-  if (time_limit) {
-    std::ostringstream seconds;
-    seconds.precision(17);
-    seconds << *time_limit;
-    limits += " --time-limit " + seconds.str();
-  }
+  if (time_limit) limits += " --time-limit " + exact_text(*time_limit);
   if (const auto cap = planner_cap(o.max_planner_bytes)) {
     limits += " --max-planner-bytes " + std::to_string(*cap);
   }
   const std::string python = python_interpreter();
   const std::string command = shell_quote(python) + " -m remat pareto --plot " +
-                              shell_quote(image) + " --scale " + scale.str() + limits + " " +
-                              shell_quote(path) + " 2>" + shell_quote(errors);
+                              shell_quote(image) + " --scale " + exact_text(o.scale) + limits +
+                              " " + shell_quote(path) + " 2>" + shell_quote(errors);
   std::cout.flush();
   const int status = std::system(command.c_str());
   if (!temporary.empty()) std::filesystem::remove(temporary);
