@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import numbers
 import re
+from decimal import Decimal
+from fractions import Fraction
 
 _UNITS = {
     "": 1,
@@ -23,8 +25,9 @@ _PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\
 
 def parse_bytes(value: int | float | str, field: str = "memory_budget") -> int:
     """Bytes from an int, a float (numpy's included) or a string with a unit (KB/MB/GB/TB are
-    powers of 1000, KiB/MiB/GiB/TiB powers of 1024). Rounds down to whole bytes; raises
-    ValueError naming `field` for anything else."""
+    powers of 1000, KiB/MiB/GiB/TiB powers of 1024); a string's number is read exactly, as the
+    decimal it is. Rounds down to whole bytes; raises ValueError naming `field` for anything
+    else."""
     if isinstance(value, bool):
         raise ValueError(f"{field}: expected bytes, got a bool")
     if isinstance(value, numbers.Integral):
@@ -40,7 +43,7 @@ def parse_bytes(value: int | float | str, field: str = "memory_budget") -> int:
                 f"{field}: cannot read {value!r} as bytes (write e.g. 2147483648, '2GiB', "
                 "'1.5GB', '512MiB')"
             )
-        number, scale = float(match.group(1)), _UNITS[unit]
+        number, scale = _exact(match.group(1)), _UNITS[unit]
     else:
         raise ValueError(
             f"{field}: expected bytes as a number or a string, got {type(value).__name__}"
@@ -50,7 +53,20 @@ def parse_bytes(value: int | float | str, field: str = "memory_budget") -> int:
     total = number * scale
     if total >= 2**62:
         raise ValueError(f"{field}: {value!r} is too large")
-    return int(total)
+    return math.floor(total)
+
+
+def _exact(number: str) -> Fraction | int:
+    """The written decimal exactly (as a float, "1.005KB" is 1004.9999999999999 bytes and rounds
+    down to 1004). Its magnitude is checked first, so "1e-999999999" costs no power of ten of a
+    billion digits: from 10^19 up it is too large for any unit, under 10^-14 it is under a byte
+    for every unit (the largest is below 10^13)."""
+    decimal = Decimal(number)
+    if decimal.is_zero() or decimal.adjusted() < -14:
+        return 0
+    if decimal.adjusted() >= 19:
+        return 2**62  # too large, as the caller says
+    return Fraction(decimal)
 
 
 def format_bytes(count: float) -> str:

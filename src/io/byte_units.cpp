@@ -1,6 +1,6 @@
 #include "io/byte_units.hpp"
 
-#include <cmath>
+#include <algorithm>
 #include <cstdlib>
 #include <optional>
 #include <utility>
@@ -70,25 +70,82 @@ std::optional<std::size_t> number_end(std::string_view text, std::size_t at) {
   return end;
 }
 
-std::optional<double> unit_scale(std::string_view unit) {
+std::optional<std::int64_t> unit_scale(std::string_view unit) {
   std::string lower;
   for (char c : unit) lower += static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
-  static const std::pair<const char*, double> kUnits[] = {
-      {"", 1.0},
-      {"b", 1.0},
-      {"kb", 1e3},
-      {"mb", 1e6},
-      {"gb", 1e9},
-      {"tb", 1e12},
-      {"kib", 1024.0},
-      {"mib", 1048576.0},
-      {"gib", 1073741824.0},
-      {"tib", 1099511627776.0},
+  static const std::pair<const char*, std::int64_t> kUnits[] = {
+      {"", 1},
+      {"b", 1},
+      {"kb", 1000},
+      {"mb", 1000000},
+      {"gb", 1000000000},
+      {"tb", 1000000000000},
+      {"kib", std::int64_t{1} << 10},
+      {"mib", std::int64_t{1} << 20},
+      {"gib", std::int64_t{1} << 30},
+      {"tib", std::int64_t{1} << 40},
   };
   for (const auto& [name, scale] : kUnits) {
     if (lower == name) return scale;
   }
   return std::nullopt;
+}
+
+// floor(number * scale) for a number as number_end() reads it, computed exactly in decimal
+// digits (as a double, "1.005KB" is 1004.9999999999999 bytes); nullopt when it is 2^62 or more.
+std::optional<std::int64_t> exact_bytes(std::string_view number, std::int64_t scale) {
+  // number = digits * 10^exponent.
+  std::string digits;
+  std::size_t at = 0;
+  for (; at < number.size() && number[at] != 'e' && number[at] != 'E'; ++at) {
+    if (number[at] != '.') digits += number[at];
+  }
+  // Each digit after the point is a tenth of the one before.
+  const std::size_t point = number.substr(0, at).find('.');
+  std::int64_t exponent =
+      point == std::string_view::npos ? 0 : -static_cast<std::int64_t>(at - point - 1);
+  if (at < number.size()) {
+    bool negative = false;
+    std::size_t e = at + 1;
+    if (number[e] == '+' || number[e] == '-') negative = number[e++] == '-';
+    std::int64_t written = 0;  // saturates: past 10^9 only the sign matters below
+    for (; e < number.size(); ++e) {
+      written = std::min<std::int64_t>(written * 10 + number[e] - '0', 1000000000);
+    }
+    exponent += negative ? -written : written;
+  }
+  digits.erase(0, std::min(digits.find_first_not_of('0'), digits.size()));
+  if (digits.empty()) return 0;
+  const auto length = static_cast<std::int64_t>(digits.size());
+  // number >= 10^(length - 1 + exponent); scale < 10^13, so number * scale < 10^(length + exponent
+  // + 13).
+  if (length - 1 + exponent >= 19) return std::nullopt;
+  if (length + exponent + 13 <= 0) return 0;
+  // digits * scale, still in decimal digits, most significant first. The carry stays below the
+  // scale (at most 2^40), so each step fits 64 bits.
+  std::string product(digits.size() + 14, '0');
+  std::uint64_t carry = 0;
+  for (std::size_t i = digits.size(), k = product.size(); k-- > 0;) {
+    std::uint64_t value = carry;
+    if (i > 0)
+      value += static_cast<std::uint64_t>(digits[--i] - '0') * static_cast<std::uint64_t>(scale);
+    product[k] = static_cast<char>('0' + static_cast<int>(value % 10));
+    carry = value / 10;
+  }
+  // Times 10^exponent, then floored: zeros appended, or the last -exponent digits dropped.
+  if (exponent >= 0) {
+    product.append(static_cast<std::size_t>(exponent), '0');
+  } else if (static_cast<std::int64_t>(product.size()) <= -exponent) {
+    return 0;
+  } else {
+    product.resize(product.size() - static_cast<std::size_t>(-exponent));
+  }
+  product.erase(0, std::min(product.find_first_not_of('0'), product.size()));
+  if (product.size() > 19) return std::nullopt;
+  std::uint64_t bytes = 0;
+  for (char c : product) bytes = bytes * 10 + static_cast<std::uint64_t>(c - '0');
+  if (bytes >= (std::uint64_t{1} << 62)) return std::nullopt;
+  return static_cast<std::int64_t>(bytes);
 }
 
 // Python's repr() of a str, for the characters a command line carries: quotes chosen as Python
@@ -136,21 +193,12 @@ std::int64_t parse_bytes(std::string_view text, const std::string& field) {
   std::size_t unit_end = unit_start;
   while (unit_end < text.size() && is_letter(text[unit_end])) ++unit_end;
   if (skip_spaces(text, unit_end) != text.size()) throw unreadable();
-  const std::optional<double> scale = unit_scale(text.substr(unit_start, unit_end - unit_start));
+  const std::optional<std::int64_t> scale =
+      unit_scale(text.substr(unit_start, unit_end - unit_start));
   if (!scale) throw unreadable();
-  // strtod rounds correctly, as Python's float() does; the text is digits, '.', 'e' and a sign,
-  // which read the same in every locale this program runs in (it never calls setlocale).
-  const std::string digits(text.substr(start, *end - start));
-  const double number = std::strtod(digits.c_str(), nullptr);
-  if (!std::isfinite(number) || number < 0) {
-    throw InputError(field, std::nullopt,
-                     python_repr(text) + " is not a finite number of bytes >= 0");
-  }
-  const double total = number * *scale;
-  if (total >= 4611686018427387904.0) {  // 2^62
-    throw InputError(field, std::nullopt, python_repr(text) + " is too large");
-  }
-  return static_cast<std::int64_t>(total);
+  const std::optional<std::int64_t> bytes = exact_bytes(text.substr(start, *end - start), *scale);
+  if (!bytes) throw InputError(field, std::nullopt, python_repr(text) + " is too large");
+  return *bytes;
 }
 
 }  // namespace remat::io

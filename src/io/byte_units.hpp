@@ -11,9 +11,9 @@ namespace remat::io {
 
 // A number (digits, an optional fraction, an optional exponent; no sign) and an optional unit,
 // case-insensitive, with optional whitespace around and between: B, KB/MB/GB/TB (powers of 1000),
-// KiB/MiB/GiB/TiB (powers of 1024). The value is computed in double precision, as Python's
-// float(number) * unit, and rounded down to whole bytes. Throws InputError(field) for text it
-// cannot read, a value that is not finite, or one of 2^62 bytes or more.
+// KiB/MiB/GiB/TiB (powers of 1024). The value is the written decimal times the unit, exactly,
+// rounded down to whole bytes. Throws InputError(field) for text it cannot read or a value of 2^62
+// bytes or more.
 std::int64_t parse_bytes(std::string_view text, const std::string& field);
 
 }  // namespace remat::io

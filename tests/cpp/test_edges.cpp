@@ -56,6 +56,18 @@ TEST(ParseBytes, ReadsUnitsAsThePythonPackageDoes) {
   EXPECT_EQ(io::parse_bytes("5\u00a0MB", "budget"), 5000000);  // Unicode space, as \s in Python
 }
 
+TEST(ParseBytes, ReadsDecimalsExactly) {
+  // Through a double, 1.005 KB is 1004.9999999999999 bytes and 0.29 MB 289999.99999999994.
+  EXPECT_EQ(io::parse_bytes("1.005KB", "budget"), 1005);
+  EXPECT_EQ(io::parse_bytes("0.29MB", "budget"), 290000);
+  EXPECT_EQ(io::parse_bytes("4611686018427387903", "budget"), 4611686018427387903);  // 2^62 - 1
+  EXPECT_EQ(io::parse_bytes("000123.4560e1", "budget"), 1234);
+  EXPECT_EQ(io::parse_bytes("1" + std::string(40, '0') + "e-40TiB", "budget"), 1099511627776);
+  EXPECT_EQ(io::parse_bytes("0.9999999999999999999999", "budget"), 0);
+  EXPECT_EQ(io::parse_bytes("1e-999999999999", "budget"), 0);
+  EXPECT_EQ(bytes_error("1e999999999999"), "budget: '1e999999999999' is too large");
+}
+
 TEST(ParseBytes, ErrorsNameTheFieldAndQuoteTheText) {
   EXPECT_EQ(bytes_error("30 XB"),
             "budget: cannot read '30 XB' as bytes (write e.g. 2147483648, '2GiB', '1.5GB', "
@@ -64,7 +76,8 @@ TEST(ParseBytes, ErrorsNameTheFieldAndQuoteTheText) {
        {"", "MB", "-5", "+5", "5.", "1e", "1.2.3", "1,5GB", "0x10", "inf", "5 M B"}) {
     EXPECT_NE(bytes_error(bad).find("budget: cannot read"), std::string::npos) << bad;
   }
-  EXPECT_EQ(bytes_error("1e999"), "budget: '1e999' is not a finite number of bytes >= 0");
+  EXPECT_EQ(bytes_error("1e999"), "budget: '1e999' is too large");
+  EXPECT_EQ(bytes_error("4611686018427387904"), "budget: '4611686018427387904' is too large");
   EXPECT_EQ(bytes_error("5e18"), "budget: '5e18' is too large");
   EXPECT_EQ(bytes_error("it's"),
             "budget: cannot read \"it's\" as bytes (write e.g. 2147483648, '2GiB', '1.5GB', "

@@ -41,6 +41,16 @@ TABLE = [
     "5\u00a0MB",
     "\u20035MB\u3000",
     "1.5e+2MiB",
+    # Read as the decimals they are: through a double, 1.005 KB and 0.29 MB fell a byte short.
+    "1.005KB",
+    "0.29MB",
+    "4.35GB",
+    "00012.50KB",
+    "1" + "0" * 30 + "e-30",
+    "0.000000000000001TiB",
+    "1e-999999999",
+    "9.999999999999999999999TiB",
+    "4611686018427387903",  # 2^62 - 1, the largest
     # refused
     "",
     " ",
@@ -62,7 +72,8 @@ TABLE = [
     "0x10",
     "5 KiBs",
     "1_000",
-    "4611686018427387903",  # 2^62 - 1 reads as the double 2^62: too large
+    "4611686018427387904",  # 2^62
+    "1e999999999",
     "it's",
     'say "5"',
     "5\x01MB",

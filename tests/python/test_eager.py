@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import sys
+import time
 
 import numpy
 import pytest
@@ -65,6 +66,10 @@ def chain_budgets(model, blocks, x) -> tuple[eager.Profile, int, int]:
         ("7", 7),
         (3.9, 3),
         ("1e3 B", 1000),
+        # Decimals read exactly: through a float these fell a byte short.
+        ("1.005KB", 1005),
+        ("0.29MB", 290_000),
+        ("4611686018427387903", 2**62 - 1),
         # A budget computed with numpy (a fraction of a measured total, say).
         (numpy.int64(2**40 + 1), 2**40 + 1),
         (numpy.float32(1536.5), 1536),
@@ -398,6 +403,15 @@ def test_planner_options_are_checked_by_name(option, value, message):
     blocks = _linear_chain(depth=2)
     with pytest.raises(ValueError, match=message):
         rt.plan(blocks, torch.randn(4, 64), memory_budget="1GiB", tune=False, **{option: value})
+
+
+def test_parse_bytes_sizes_up_huge_exponents_before_computing():
+    # Read exactly, 1e-999999999 would take a power of ten of a billion digits.
+    started = time.perf_counter()
+    assert parse_bytes("1e-999999999") == 0
+    with pytest.raises(ValueError, match="too large"):
+        parse_bytes("1e999999999KB")
+    assert time.perf_counter() - started < 1
 
 
 def test_parse_bytes_takes_ints_exactly():
