@@ -274,6 +274,10 @@ def write_readme(rows, sweep, args, load):
                 f"The 2 s target is missed at budget fractions "
                 f"{', '.join(missed)} of this sweep."
             )
+        lines += [
+            "Why pruning does not close that gap, measured on the full table: [density.md]"
+            "(density.md) (`bench/chain_density.py`).",
+        ]
     lines += [
         "",
         "Reproduce: `cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j2 &&",

@@ -2,6 +2,7 @@
 // (plan_profile_reference) on one profile, budget and slot count; for bench/chain_planner.py.
 //
 //   chain_planner_bench PROFILE.json BUDGET SLOTS new|reference [REPEATS]
+//   chain_planner_bench PROFILE.json BUDGET SLOTS density [START_STRIDE]
 //
 // Prints one JSON object per repeat: wall, user and system CPU seconds of the planning call, the
 // objective to the last bit (%.17g), the simulated recompute time and peak bytes, and a hash of
@@ -51,6 +52,28 @@ int main(int argc, char** argv) {
   const std::int64_t budget = std::atoll(argv[2]);
   const std::int64_t slots = std::atoll(argv[3]);
   const std::string planner = argv[4];
+  if (planner == "density") {
+    // The full table's density (reference_table_density), on every start_stride-th start point.
+    const std::int64_t stride = argc > 5 ? std::atoll(argv[5]) : 1;
+    const auto start = std::chrono::steady_clock::now();
+    const remat::chain::TableDensity d =
+        remat::chain::reference_table_density(profile, budget, slots, std::size_t{1} << 34, stride);
+    std::printf(
+        "{\"layers\": %lld, \"capacity\": %lld, \"start_stride\": %lld, \"rows\": %lld, "
+        "\"entries\": %lld, \"finite_entries\": %lld, \"distinct_values\": %lld, \"splits\": "
+        "%lld, \"minimizing_splits\": %lld, \"sole_minimizers\": %lld, \"unresolved_by_samples\": "
+        "{\"2\": %lld, \"8\": %lld, \"32\": %lld}, \"wall_s\": %.1f}\n",
+        static_cast<long long>(profile.layers()), static_cast<long long>(d.capacity),
+        static_cast<long long>(stride), static_cast<long long>(d.rows),
+        static_cast<long long>(d.entries), static_cast<long long>(d.finite_entries),
+        static_cast<long long>(d.distinct_values), static_cast<long long>(d.splits),
+        static_cast<long long>(d.minimizing_splits), static_cast<long long>(d.sole_minimizers),
+        static_cast<long long>(d.unresolved_by_samples[0]),
+        static_cast<long long>(d.unresolved_by_samples[1]),
+        static_cast<long long>(d.unresolved_by_samples[2]),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    return 0;
+  }
   const int repeats = argc > 5 ? std::atoi(argv[5]) : 1;
   for (int k = 0; k < repeats; ++k) {
     std::uint64_t hash = 1469598103934665603ull;

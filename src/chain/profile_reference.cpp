@@ -75,6 +75,89 @@ class ProfileProgram {
   }
 
   double best() const { return f(0)[static_cast<std::size_t>(capacity_)]; }
+
+  // Whether split j of (s, t) might lower the final row somewhere, as far as samples of its parts
+  // at m = stride - 1, 2 stride - 1, ... (and at their tops) tell: on each block of m ending at a
+  // sample b, the split is at least cost + R(j, t, the first sample at or above b - w_s) +
+  // R(s, j, b), and the row is at most its value at the block's first m.
+  bool below_by_samples(std::int64_t s, std::int64_t j, std::int64_t t, std::int64_t need,
+                        std::int64_t top, std::int64_t stride) const {
+    const double* row = r(s, t);
+    const double cost = time(s + 1, j);
+    const auto sample = [&](std::int64_t m) { return (m / stride + 1) * stride - 1; };
+    for (std::int64_t first = need; first <= top;) {
+      const std::int64_t last = std::min(top, sample(first));
+      // Both parts' rows hold their flat tops through C, so a sample past C reads the top.
+      const double bound = cost + r(j, t)[std::min(capacity_, sample(last - w(s)))] +
+                           r(s, j)[std::min(capacity_, last)];
+      if (bound < row[first]) return true;
+      first = last + 1;
+    }
+    return false;
+  }
+
+  // Counts of reference_table_density over the rows of start points 0, stride, 2 stride, ...;
+  // each split's value is formed with fill_r's arithmetic, so "reaches the row" is exact.
+  TableDensity density(std::int64_t stride) const {
+    TableDensity d;
+    d.capacity = capacity_;
+    std::vector<int> minimizers(row_size());
+    for (std::int64_t s = 0; s < n_; s += stride) {
+      for (std::int64_t t = s + 2; t <= n_; ++t) {
+        const double* row = r(s, t);
+        std::int64_t total = 0;
+        for (std::int64_t k = s; k < t; ++k) total += w(k);
+        const std::int64_t top = std::min(capacity_, total);
+        ++d.rows;
+        for (std::int64_t m = w(s); m <= top; ++m) {
+          ++d.entries;
+          if (row[m] == kInf) continue;
+          ++d.finite_entries;
+          if (m == w(s) || row[m] != row[m - 1]) ++d.distinct_values;
+        }
+        std::fill(minimizers.begin(), minimizers.end(), 0);
+        std::vector<std::int64_t> reaching;
+        std::int64_t need = w(s);
+        for (std::int64_t j = s + 1; j < t; ++j) {
+          need = std::max(need, w(s) + w(j));
+          if (need > top) break;
+          const double cost = time(s + 1, j);
+          bool finite = false, reaches = false;
+          for (std::int64_t m = need; m <= top; ++m) {
+            const double value = cost + r(j, t)[m - w(s)] + r(s, j)[m];
+            finite = finite || value < kInf;
+            if (value < kInf && value == row[m]) {
+              reaches = true;
+              ++minimizers[static_cast<std::size_t>(m)];
+            }
+          }
+          d.splits += finite;
+          if (finite) {
+            for (std::size_t k = 0; k < d.kSampleStrides.size(); ++k) {
+              d.unresolved_by_samples[k] +=
+                  below_by_samples(s, j, t, need, top, d.kSampleStrides[k]);
+            }
+          }
+          d.minimizing_splits += reaches;
+          if (reaches) reaching.push_back(j);
+        }
+        // A split is the sole minimizer at m when it reaches the row there and no other does.
+        for (std::int64_t j : reaching) {
+          const double cost = time(s + 1, j);
+          std::int64_t need_j = w(s);
+          for (std::int64_t k = s + 1; k <= j; ++k) need_j = std::max(need_j, w(s) + w(k));
+          for (std::int64_t m = need_j; m <= top; ++m) {
+            if (minimizers[static_cast<std::size_t>(m)] == 1 &&
+                cost + r(j, t)[m - w(s)] + r(s, j)[m] == row[m]) {
+              ++d.sole_minimizers;
+              break;
+            }
+          }
+        }
+      }
+    }
+    return d;
+  }
   std::int64_t unit() const { return unit_; }
   std::int64_t capacity() const { return capacity_; }
   std::int64_t divisor() const { return divisor_; }
@@ -210,6 +293,22 @@ class ProfileProgram {
 };
 
 }  // namespace
+
+TableDensity reference_table_density(const ChainProfile& profile, std::int64_t budget_bytes,
+                                     std::int64_t slots, std::size_t max_planner_bytes,
+                                     std::int64_t start_stride) {
+  profile.validate();
+  if (budget_bytes < 0) throw InputError("budget", std::nullopt, "must be >= 0");
+  if (slots < 1) throw InputError("slots", std::nullopt, "must be at least 1");
+  if (start_stride < 1) throw InputError("start_stride", std::nullopt, "must be at least 1");
+  ProfileProgram program(profile, budget_bytes, slots);
+  if (program.table_bytes() > max_planner_bytes) {
+    throw PlannerMemoryError("the reference table needs " + text::integer(program.table_bytes()) +
+                             " bytes, over the cap of " + text::integer(max_planner_bytes));
+  }
+  program.solve();
+  return program.density(start_stride);
+}
 
 ProfilePlan plan_profile_reference(const ChainProfile& profile, std::int64_t budget_bytes,
                                    std::int64_t slots, std::size_t max_planner_bytes,

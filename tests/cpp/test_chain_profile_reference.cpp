@@ -348,5 +348,51 @@ TEST(ProfilePlannerReference, SameOnTheUnitModel) {
   }
 }
 
+// The benchmark's density counts (reference_table_density): a two-layer chain counted by hand,
+// and the orders every table obeys.
+TEST(ProfilePlannerReference, DensityCountsATwoLayerChainByHand) {
+  ChainProfile p;
+  p.activation_bytes = {1, 1, 1};
+  p.forward_time = {0, 1, 1};
+  // Only (0, 2), with split 1 and m from w_0 = 1 to W = 2: infinite at m = 1 (the split needs
+  // a_0 and a_1), then 1 (layer 1 runs again); the split alone makes the row.
+  const TableDensity d = reference_table_density(p, 2, 2, kPlannerCap, 1);
+  EXPECT_EQ(d.rows, 1);
+  EXPECT_EQ(d.entries, 2);
+  EXPECT_EQ(d.finite_entries, 1);
+  EXPECT_EQ(d.distinct_values, 1);
+  EXPECT_EQ(d.splits, 1);
+  EXPECT_EQ(d.minimizing_splits, 1);
+  EXPECT_EQ(d.sole_minimizers, 1);
+  for (std::int64_t unresolved : d.unresolved_by_samples) EXPECT_EQ(unresolved, 0);
+}
+
+TEST(ProfilePlannerReference, DensityCountsAreOrdered) {
+  std::mt19937_64 rng(5016);
+  int with_minimizers = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const std::int64_t n = 2 + trial % 12;
+    const ChainProfile p = random_profile(rng, n, 1 + trial % 3);
+    const std::int64_t budget = total_bytes(p) / (1 + trial % 4) + 1;
+    const TableDensity d = reference_table_density(p, budget, 1 + trial % 37, kPlannerCap, 1);
+    const std::string where = "trial " + std::to_string(trial);
+    EXPECT_EQ(d.rows, n * (n - 1) / 2) << where;
+    EXPECT_LE(d.distinct_values, d.finite_entries) << where;
+    EXPECT_LE(d.finite_entries, d.entries) << where;
+    EXPECT_LE(d.sole_minimizers, d.minimizing_splits) << where;
+    EXPECT_LE(d.minimizing_splits, d.splits) << where;
+    // Blocks of 2 units lie in blocks of 8, and those in blocks of 32: a coarser bound is lower.
+    EXPECT_LE(d.unresolved_by_samples[0], d.unresolved_by_samples[1]) << where;
+    EXPECT_LE(d.unresolved_by_samples[1], d.unresolved_by_samples[2]) << where;
+    EXPECT_LE(d.unresolved_by_samples[2], d.splits) << where;
+    with_minimizers += d.minimizing_splits > 0;
+    if (d.finite_entries > 0) {
+      EXPECT_GT(d.minimizing_splits, 0) << where;
+    }
+  }
+  EXPECT_GT(with_minimizers, 20);
+  EXPECT_THROW(reference_table_density(ChainProfile::uniform(3), 3, 3, kPlannerCap, 0), InputError);
+}
+
 }  // namespace
 }  // namespace remat::chain
