@@ -39,8 +39,10 @@
 // the budget W as such. Memory: the list (24 bytes a state) and a history tree of the decisions
 // (8 bytes a node), garbage-collected so that only nodes reachable from live states are kept.
 // Every growth is accounted against the planner-memory cap before it is allocated. The deadline
-// is read every 2^14 merge steps, inside pairing, and before a garbage collection or a bound
-// that could not finish in time.
+// is read every 2^14 merge steps, inside pairing, and before a garbage collection, a growth or a
+// bound that could not finish in time; the search stops early enough for the result's own bound
+// (one pass over the list, timed at the checkpoints) and the freeing of its lists (timed when
+// they grow) to be done by the deadline.
 //
 // Values are doubles (runtimes); a state is pruned only when its bound is <= the incumbent, so
 // the only inexactness is double rounding in the bounds (relative 1e-16).
@@ -144,7 +146,9 @@ class ExpandingCore {
           pruned_at = best_value_;
         }
         if (states_.empty() || (s >= m && t < 0)) break;
-        if (deadline_ && Clock::now() >= *deadline_) return finish(SolveStatus::kTimeLimit, s, t);
+        if (deadline_ && Clock::now() >= stop_time(states_.size())) {
+          return finish(SolveStatus::kTimeLimit, s, t);
+        }
         // s and t move only once the expansion is complete: if the cap stops it, the states
         // still leave that item free, and the bound at (s, t) stays valid.
         if ((add_next && s < m) || t < 0) {
@@ -176,6 +180,7 @@ class ExpandingCore {
           // The list keeps growing: the bounds are weak here. Look for better plans outside the
           // core, and try to prove the incumbent with the cardinality bound.
           next_checkpoint_ = 2 * states_.size();
+          if (deadline_) time_result_bound(s, t);
           if (try_proportional_ && p_.size() >= min_proportional_items_ &&
               p_.size() <= kProportionalMaxItems) {
             try_proportional_ = false;
@@ -622,11 +627,29 @@ class ExpandingCore {
     if (nodes_.size() + states_.size() >= kGreedyIncumbent) {
       throw PlannerMemoryError("exact: more than 2^32 live decision nodes");
     }
-    grow(scratch_, reserved_scratch_, 2 * states_.size());
-    grow(nodes_, reserved_nodes_, nodes_.size() + states_.size());
-    scratch_.clear();
-    std::size_t i = 0, j = 0;
     const std::size_t n = states_.size();
+    // The merge makes up to 2n states, which the result's bound would then go over.
+    const Clock::time_point stop_at = deadline_ ? stop_time(2 * n) : Clock::time_point::max();
+    // Growing a list copies what it holds into fresh memory, first touched by the copy: nothing
+    // can stop that halfway (a few tenths of a second at 10^7 states on a virtual machine), so
+    // it starts only when it ends before the merge must stop.
+    scratch_.clear();  // its old states are dead: nothing to copy
+    const std::size_t copied =
+        copied_bytes(scratch_, 2 * n) + copied_bytes(nodes_, nodes_.size() + n);
+    if (deadline_ && copied > 0 &&
+        Clock::now() + seconds(1.5 * grow_seconds_per_byte_ * static_cast<double>(copied)) >=
+            stop_at) {
+      return false;
+    }
+    const auto grow_start = Clock::now();
+    grow(scratch_, reserved_scratch_, 2 * n);
+    grow(nodes_, reserved_nodes_, nodes_.size() + n);
+    if (copied >= kMeasuredGrowth) {
+      grow_seconds_per_byte_ = std::max(
+          grow_seconds_per_byte_, std::chrono::duration<double>(Clock::now() - grow_start).count() /
+                                      static_cast<double>(copied));
+    }
+    std::size_t i = 0, j = 0;
     double last_value = -std::numeric_limits<double>::infinity();
     auto push = [&](const State& candidate, bool flipped, std::uint32_t parent) {
       if (candidate.value <= last_value) return;
@@ -644,7 +667,7 @@ class ExpandingCore {
     while (i < n || j < n) {
       if (deadline_ && --until_clock == 0) {
         until_clock = kStepsPerClockRead;
-        if (Clock::now() >= *deadline_) return false;
+        if (Clock::now() >= stop_at) return false;
       }
       const bool take_unchanged =
           j == n || (i < n && (states_[i].weight < states_[j].weight + dw ||
@@ -662,6 +685,35 @@ class ExpandingCore {
     states_.swap(scratch_);
     std::swap(reserved_states_, reserved_scratch_);
     return true;
+  }
+
+  // Times the result's bound (remaining_bound) on the list as it is, so that the search stops
+  // early enough to compute it by the deadline: one pass over the list each time it has doubled
+  // (at the checkpoints), against the merges that doubled it.
+  void time_result_bound(std::ptrdiff_t s, std::ptrdiff_t t) {
+    if (states_.size() < kMeasuredStates) return;
+    const auto start = Clock::now();
+    static_cast<void>(remaining_bound(s, t));
+    const double took = std::chrono::duration<double>(Clock::now() - start).count();
+    seconds_per_state_ = std::max(seconds_per_state_, took / static_cast<double>(states_.size()));
+  }
+
+  // When the search must stop so that the result is ready by the deadline: its bound over
+  // `states` states (remaining_bound), and the search's lists freed.
+  Clock::time_point stop_time(std::size_t states) const {
+    const double held = static_cast<double>(reserved_states_ + reserved_scratch_ + reserved_nodes_);
+    return *deadline_ - seconds(1.5 * (seconds_per_state_ * static_cast<double>(states) +
+                                       free_seconds_per_byte_ * held));
+  }
+
+  static Clock::duration seconds(double s) {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  }
+
+  // What growing `v` to `needed` copies: all it holds, when it must move.
+  template <typename T>
+  static std::size_t copied_bytes(const std::vector<T>& v, std::size_t needed) {
+    return v.capacity() >= needed ? 0 : v.size() * sizeof(T);
   }
 
   void update_incumbent() {
@@ -776,7 +828,9 @@ class ExpandingCore {
     return solution;
   }
 
-  // Grows a vector's capacity to at least `needed`, accounting the bytes first.
+  // Grows a vector's capacity to at least `needed`, accounting the bytes first. The old buffer
+  // is freed apart, to time what freeing costs (the search's own lists are freed by the
+  // deadline too).
   template <typename T>
   void grow(std::vector<T>& v, std::size_t& reserved_bytes, std::size_t needed) {
     if (v.capacity() >= needed) return;
@@ -784,11 +838,26 @@ class ExpandingCore {
     const std::size_t bytes = target * sizeof(T);
     memory_.reserve(bytes - std::min(bytes, reserved_bytes));
     reserved_bytes = std::max(reserved_bytes, bytes);
-    v.reserve(target);
+    std::vector<T> bigger;
+    bigger.reserve(target);
+    bigger.insert(bigger.end(), v.begin(), v.end());
+    v.swap(bigger);
+    const std::size_t freed = bigger.capacity() * sizeof(T);
+    const auto start = Clock::now();
+    bigger = std::vector<T>();
+    if (freed >= kMeasuredGrowth) {
+      free_seconds_per_byte_ = std::max(
+          free_seconds_per_byte_,
+          std::chrono::duration<double>(Clock::now() - start).count() / static_cast<double>(freed));
+    }
   }
 
   static constexpr std::size_t kMinGcThreshold = 1 << 16;
   static constexpr std::size_t kStepsPerClockRead = 1 << 14;
+  // Rates are measured on lists and growths at least this large (smaller ones are mostly
+  // overhead, and their results are ready at once anyway).
+  static constexpr std::size_t kMeasuredStates = 1 << 12;
+  static constexpr std::size_t kMeasuredGrowth = std::size_t{1} << 20;
   static constexpr std::size_t kMaxEnumeratedHalf = 20;  // exact when n <= 40
   static constexpr std::size_t kIncumbentHalf = 16;      // incumbent only: keep it cheap
   static constexpr int kMaxSplitTries = 4;
@@ -797,6 +866,12 @@ class ExpandingCore {
   const ReducedProblem& p_;
   PlannerMemory& memory_;
   std::optional<Clock::time_point> deadline_;
+  // The slowest rates seen: the result bound's seconds per state, a growth's seconds per byte
+  // copied (into memory first touched by the copy: 1 to 2.5 s a GB on a virtual machine), and
+  // freeing's seconds per byte (0.1 s a GB there).
+  double seconds_per_state_ = 0;
+  double grow_seconds_per_byte_ = 1e-9;
+  double free_seconds_per_byte_ = 0.15e-9;
   ExactTuning tuning_;
   std::size_t max_enumerated_half_;
   std::vector<std::uint32_t> order_;

@@ -413,6 +413,18 @@ TEST(Classes, TimeLimitHonouredOnAHardLargeInstance) {
   for (double limit : {0.1, 0.4}) expect_limit_honoured(p, limit, "circle");
 }
 
+// Subset sum with 41 items of up to 10^9: too many to enumerate whole, so the expanding core's
+// list doubles towards 10^7 states (hundreds of MB) within the limit. Its bound over that list and
+// the freeing of it took up to 0.1 s past the deadline, and a growth that copies the list could
+// start just before it.
+TEST(Classes, TimeLimitHonouredWhileTheListDoubles) {
+  for (std::uint64_t seed :
+       {4, 8}) {  // seeds that enumeration and the cardinality bound leave open
+    const KnapsackProblem p = pisinger("subset_sum", 41, seed, 1000000000);
+    for (double limit : {0.3, 0.6}) expect_limit_honoured(p, limit, "subset_sum");
+  }
+}
+
 // Every class at n = 10^5 under a short limit: the steps that cannot stop halfway (the sorts,
 // bundling, the bounds computed once) must not run past it. Bundling and a fresh sort for
 // Dantzig's bound did, by 70 ms under AddressSanitizer.
