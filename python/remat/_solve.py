@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -35,9 +36,16 @@ class Result:
 def _planner_bytes(max_planner_bytes: int | None) -> int:
     if max_planner_bytes is None:
         return 0
-    if isinstance(max_planner_bytes, bool) or not isinstance(max_planner_bytes, int) or max_planner_bytes <= 0:
-        raise ValueError("max_planner_bytes: must be a positive integer")
-    return max_planner_bytes
+    if (
+        isinstance(max_planner_bytes, (bool, np.bool_))
+        or not isinstance(max_planner_bytes, numbers.Integral)
+        or max_planner_bytes <= 0
+    ):
+        raise ValueError(
+            f"max_planner_bytes: must be a positive integer, got {max_planner_bytes!r}"
+        )
+    # A cap past what 64 bits address caps nothing: it is that many bytes to the planner.
+    return min(int(max_planner_bytes), 2**64 - 1)
 
 
 def solve(

@@ -167,6 +167,7 @@ class BandProgram {
     last_.assign(static_cast<std::size_t>(n_), 0);
     pair_base_.assign(static_cast<std::size_t>(n_) + 1, 0);
     std::size_t pairs = 0, entries = 0;
+    double approximate_entries = 0;  // the same count, which cannot wrap
     std::int64_t t = 1;
     for (std::int64_t s = 0; s < n_; ++s) {
       t = std::max(t, s + 1);
@@ -175,7 +176,10 @@ class BandProgram {
       // (s, s+1) is kept even when bad everywhere: its row is then empty.
       last_[static_cast<std::size_t>(s)] = t;
       pair_base_[static_cast<std::size_t>(s)] = pairs;
-      for (std::int64_t u = s + 1; u <= t; ++u) entries += row_length(s, u);
+      for (std::int64_t u = s + 1; u <= t; ++u) {
+        entries += row_length(s, u);
+        approximate_entries += static_cast<double>(row_length(s, u));
+      }
       pairs += static_cast<std::size_t>(t - s);
     }
     pair_base_[static_cast<std::size_t>(n_)] = pairs;
@@ -189,6 +193,12 @@ class BandProgram {
       for (std::int64_t u = s + 1; u <= last(s); ++u) ++end_base_[static_cast<std::size_t>(u) + 1];
     }
     std::partial_sum(end_base_.begin(), end_base_.end(), end_base_.begin());
+    // With a budget of petabytes counted in single bytes the count would wrap past 2^64: it
+    // saturates, and the cap refuses it.
+    const double approximate_bytes =
+        (approximate_entries + 3 * static_cast<double>(n_ + 1) * static_cast<double>(row_size())) *
+        sizeof(double);
+    if (approximate_bytes >= 0x1p63) return std::numeric_limits<std::size_t>::max();
     return entries * sizeof(double) + (pairs + 1) * sizeof(std::size_t) +
            pairs * 2 * sizeof(Least) + (static_cast<std::size_t>(n_) + 2) * sizeof(std::size_t) +
            (3 * static_cast<std::size_t>(n_) + 2) * row_size() * sizeof(double);
@@ -894,10 +904,12 @@ ProfilePlan plan_profile_tuned(const ChainProfile& profile, std::int64_t budget_
     if (bytes + program.kept_bytes() > max_planner_bytes) program.forget_kept();
     if (bytes > max_planner_bytes) {
       throw PlannerMemoryError(
-          "the profile planner needs " + text::integer(bytes) + " bytes for " +
-          text::integer(profile.layers()) + " layers and " + text::integer(program.capacity()) +
-          " memory units, over the cap of " + text::integer(max_planner_bytes) +
-          "; lower {slots} (or raise {max_planner_bytes})");
+          "the profile planner needs " +
+          (bytes == std::numeric_limits<std::size_t>::max() ? std::string("more than 2^63")
+                                                            : text::integer(bytes)) +
+          " bytes for " + text::integer(profile.layers()) + " layers and " +
+          text::integer(program.capacity()) + " memory units, over the cap of " +
+          text::integer(max_planner_bytes) + "; lower {slots} (or raise {max_planner_bytes})");
     }
     const auto verdict = program.solve();
     if (!(program.best() < kInf)) {

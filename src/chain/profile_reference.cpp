@@ -61,6 +61,12 @@ class ProfileProgram {
 
   std::size_t table_bytes() const {
     const auto pairs = static_cast<std::size_t>(n_) * static_cast<std::size_t>(n_ + 1) / 2;
+    // Saturates where the product would wrap past 2^64 (budgets of petabytes in single bytes).
+    if (static_cast<double>(pairs + static_cast<std::size_t>(n_)) *
+            static_cast<double>(row_size()) * sizeof(double) >=
+        0x1p63) {
+      return std::numeric_limits<std::size_t>::max();
+    }
     return (pairs + static_cast<std::size_t>(n_)) * row_size() * sizeof(double);
   }
 

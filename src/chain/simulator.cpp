@@ -77,6 +77,20 @@ void ChainProfile::validate() const {
                        "(each layer run up to n times) can hold in a double");
     }
   }
+  // The planners price a run of layers as a difference of running sums of times, which errs by
+  // about n ulps of the total: a time below that would count as nothing (a layer of time 1 after
+  // one of 1e17 did, and its plan recomputed it for free).
+  const double error =
+      static_cast<double>(layers()) * time * std::numeric_limits<double>::epsilon();
+  for (std::size_t i = 1; i < forward_time.size(); ++i) {
+    if (forward_time[i] > 0 && error > 1e-3 * forward_time[i]) {
+      throw InputError("layers", i - 1,
+                       "forward_time " + text::number(forward_time[i]) +
+                           " is too small beside the chain's total of " + text::number(time) +
+                           ": the planners' sums of times would count it to worse than 0.1%; "
+                           "rescale the times or set it to 0");
+    }
+  }
 }
 
 Simulator::Simulator(std::int64_t layers)

@@ -23,9 +23,15 @@ std::string type_name(const json& value) {
   return "a number";
 }
 
-double number_at(const json& value, const std::string& field, std::optional<std::size_t> index) {
-  if (!value.is_number())
-    throw InputError(field, index, "expected a number, got " + type_name(value));
+// `key` names the value inside the object at field[index] ("" for a field of its own), so that
+// two keys of one layer give two messages.
+double number_at(const json& value, const std::string& field, std::optional<std::size_t> index,
+                 const std::string& key = "") {
+  if (!value.is_number()) {
+    throw InputError(field, index,
+                     (key.empty() ? "expected a number" : key + " must be a number") + ", got " +
+                         type_name(value));
+  }
   return value.get<double>();
 }
 
@@ -132,7 +138,7 @@ namespace {
 std::int64_t whole_count(const json& value, const std::string& field,
                          std::optional<std::size_t> index, const std::string& key,
                          const std::string& unit) {
-  const double x = number_at(value, field, index);
+  const double x = number_at(value, field, index, key);
   const std::string what = key.empty() ? "" : key + " ";
   if (!std::isfinite(x) || x < 0 || x != std::floor(x)) {
     throw InputError(field, index, what + "must be a whole number " + unit + ">= 0");
@@ -203,7 +209,7 @@ chain::ChainProfile read_profile(std::string_view text) {
     const auto time = layer.find("forward_time");
     if (time == layer.end()) throw InputError("layers", i, "forward_time is missing");
     profile.activation_bytes.push_back(byte_count(*bytes, "layers", i, "activation_bytes"));
-    const double t = number_at(*time, "layers", i);
+    const double t = number_at(*time, "layers", i, "forward_time");
     if (!std::isfinite(t) || t < 0)
       throw InputError("layers", i, "forward_time must be finite and >= 0");
     profile.forward_time.push_back(t);
@@ -254,7 +260,7 @@ eager::Profile read_eager_profile(std::string_view text) {
     eager::Layer parsed;
     parsed.saved_bytes = byte_count(field("saved_bytes"), "layers", i, "saved_bytes");
     parsed.output_bytes = byte_count(field("output_bytes"), "layers", i, "output_bytes");
-    parsed.forward_time = number_at(field("forward_time"), "layers", i);
+    parsed.forward_time = number_at(field("forward_time"), "layers", i, "forward_time");
     const auto saves_output = layer.find("saves_output");
     if (saves_output != layer.end()) {
       if (!saves_output->is_boolean()) {
@@ -274,8 +280,9 @@ eager::Profile read_eager_profile(std::string_view text) {
           throw InputError("options", i,
                            "each option is an object with held_bytes and recompute_time");
         }
-        parsed.options.push_back({byte_count(option["held_bytes"], "options", i, "held_bytes"),
-                                  number_at(option["recompute_time"], "options", i)});
+        parsed.options.push_back(
+            {byte_count(option["held_bytes"], "options", i, "held_bytes"),
+             number_at(option["recompute_time"], "options", i, "recompute_time")});
       }
     }
     profile.layers.push_back(parsed);

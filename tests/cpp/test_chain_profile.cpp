@@ -122,5 +122,42 @@ TEST(ProfilePlanner, ErrorsAreClear) {
   EXPECT_THROW(plan_profile(p, 10, 10, kPlannerCap), InputError);
 }
 
+// A budget of petabytes counted in single bytes: the planner's byte count wrapped past 2^64, and
+// std::vector refused the allocation in place of the cap.
+TEST(ProfilePlanner, CountsPlannerBytesPastTwoToTheSixtyFourAsOverTheCap) {
+  ChainProfile p;
+  p.activation_bytes = {3, 5, 7, 11};
+  p.forward_time = {0, 1, 2, 3};
+  for (std::int64_t budget : {std::int64_t{1} << 61, std::int64_t{1000000000000000000}}) {
+    try {
+      plan_profile(p, budget, budget, kPlannerCap);
+      FAIL() << budget;
+    } catch (const PlannerMemoryError& e) {
+      EXPECT_NE(std::string(e.what()).find("more than 2^63 bytes"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// The planners price runs of layers as differences of running sums: after a time of 1e17 a time
+// of 1 counted as nothing, and the plan recomputed it for free (reported recompute 0, true 15).
+TEST(ProfilePlanner, RefusesTimesTooSmallToCountBesideTheTotal) {
+  ChainProfile p = ChainProfile::uniform(8);
+  p.forward_time[1] = 1e17;
+  try {
+    plan_profile(p, 4, 4, kPlannerCap);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "layers");
+    EXPECT_EQ(e.index(), std::optional<std::size_t>(1));
+    EXPECT_NE(std::string(e.what()).find("forward_time 1 is too small"), std::string::npos)
+        << e.what();
+  }
+  p.forward_time[1] = 1e6;  // an ordinary spread of times plans
+  EXPECT_NO_THROW(plan_profile(p, 4, 4, kPlannerCap));
+  p.forward_time = std::vector<double>(100001, 1.0);  // many equal times add up with no such loss
+  p.activation_bytes = std::vector<std::int64_t>(100001, 1);
+  EXPECT_NO_THROW(p.validate());
+}
+
 }  // namespace
 }  // namespace remat::chain

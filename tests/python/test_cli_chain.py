@@ -281,7 +281,12 @@ def test_input_bytes_defaults_to_the_first_layer(run, tmp_path):
         (
             {"layers": [{"activation_bytes": 1, "forward_time": "x"}]},
             ["--budget", "10"],
-            "layers[0]: expected a number, got a string",
+            "layers[0]: forward_time must be a number, got a string",
+        ),
+        (
+            {"layers": [{"activation_bytes": "20", "forward_time": 1}]},
+            ["--budget", "10"],
+            "layers[0]: activation_bytes must be a number, got a string",
         ),
         (PROFILE, ["--budget", "150"], "budget: no schedule fits in 150 bytes"),
         (PROFILE, ["--budget", "1000", "--every", "2"], "--budget plans the optimal schedule"),

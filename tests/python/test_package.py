@@ -98,6 +98,15 @@ def test_unknown_solver_and_bad_options():
         remat.solve(np.ones((2, 2)), [1, 1], 1)
 
 
+def test_planner_caps_of_any_integer_type_and_size():
+    # 2**70 went to the binding as is, which raised its own TypeError naming no field.
+    assert remat.solve([1, 2], [1, 1], 2, max_planner_bytes=2**70).status == "optimal"
+    assert remat.solve([1, 2], [1, 1], 2, max_planner_bytes=np.int64(2**30)).status == "optimal"
+    for bad in (0, True, 1.5, "1GB"):
+        with pytest.raises(ValueError, match="max_planner_bytes: must be a positive integer"):
+            remat.solve([1], [1], 1, max_planner_bytes=bad)
+
+
 def test_planner_memory_refusal_is_a_memory_error_naming_a_solver():
     rng = np.random.default_rng(0)
     memory = rng.uniform(0, 1e4, 100)
