@@ -50,6 +50,7 @@ CLASSES = [
     "spanner",
     "profit_ceiling",
     "circle",
+    "multiple_strongly_correlated",
 ]
 
 

@@ -27,7 +27,8 @@ struct GeneratedInstance {
 
 // Pisinger's classes: uncorrelated, weakly_correlated, strongly_correlated,
 // inverse_strongly_correlated, almost_strongly_correlated, subset_sum, spanner,
-// profit_ceiling, circle; plus torch_like and paper_scale.
+// profit_ceiling, circle, multiple_strongly_correlated (mstr(3R/10, 2R/10, 6)); plus torch_like and
+// paper_scale.
 const std::vector<std::string>& generator_families();
 
 // Throws InputError naming the field for an unknown family or out-of-range parameter.

@@ -54,6 +54,8 @@ std::int64_t correlated_profit(const std::string& family, std::int64_t w, std::i
     return rng.uniform(w + r / 10 - r / 500, w + r / 10 + r / 500);
   }
   if (family == "subset_sum") return w;
+  // mstr(3R/10, 2R/10, 6): two strongly correlated classes, by whether 6 divides the weight.
+  if (family == "multiple_strongly_correlated") return w + (w % 6 == 0 ? 3 * r / 10 : 2 * r / 10);
   if (family == "profit_ceiling") return 3 * ((w + 2) / 3);
   // circle: profits on an arc, d = 2/3
   const double x = static_cast<double>(w) - 2.0 * static_cast<double>(r);
@@ -158,6 +160,7 @@ const std::vector<std::string>& generator_families() {
                                                  "spanner",
                                                  "profit_ceiling",
                                                  "circle",
+                                                 "multiple_strongly_correlated",
                                                  "torch_like",
                                                  "paper_scale"};
   return families;

@@ -280,6 +280,7 @@ FAMILIES = [
     "spanner",
     "profit_ceiling",
     "circle",
+    "multiple_strongly_correlated",
     "torch_like",
     "paper_scale",
 ]
