@@ -143,8 +143,9 @@ struct ProfilePlan {
 // the plan are those of the full program, bit for bit. The unit is floor(budget / slots) bytes, so
 // the budget holds `slots` units (a few more when the budget is under slots * (slots + 1) bytes),
 // except when that is no more than the sizes' greatest common divisor D: then the unit is D, every
-// size is a whole number of units, the plan is optimal in true bytes, and floor(budget / D) <=
-// slots units are all there is to count. Sizes are rounded up to whole units, so every plan fits
+// size is a whole number of units, the plan is optimal in true bytes, and floor(budget / D) units
+// are all there is to count (under 2 slots when D equals floor(budget / slots), under slots when D
+// is larger). Sizes are rounded up to whole units, so every plan fits
 // the true budget; the plan is optimal among schedules whose rounded sizes fit, and at least as
 // good as the true optimum for budget_bytes - n * unit_bytes. Throws InputError("budget") when
 // nothing fits, stating the least feasible budget, and PlannerMemoryError when the table would
