@@ -146,7 +146,7 @@ class ExpandingCore {
           pruned_at = best_value_;
         }
         if (states_.empty() || (s >= m && t < 0)) break;
-        if (deadline_ && Clock::now() >= stop_time(states_.size())) {
+        if (deadline_ && Clock::now() >= *work_deadline()) {
           return finish(SolveStatus::kTimeLimit, s, t);
         }
         // s and t move only once the expansion is complete: if the cap stops it, the states
@@ -334,7 +334,7 @@ class ExpandingCore {
   bool seed_from_core_enumeration() {
     std::size_t half = max_enumerated_half_;
     if (deadline_) {
-      const double left = std::chrono::duration<double>(*deadline_ - Clock::now()).count();
+      const double left = seconds_left();
       // About 25 ns per listed sum and level of the sort; spend at most a quarter of the time.
       while (half > 8 &&
              25e-9 * static_cast<double>(std::size_t{2} << half) * static_cast<double>(half) >
@@ -370,7 +370,7 @@ class ExpandingCore {
   // proof for the incumbent; a deadline there ends the search with its bound.
   std::optional<ReducedSolution> proportional_proof(std::ptrdiff_t s, std::ptrdiff_t t) {
     ProportionalOutcome o = proportional_search(
-        p_, best_value_, integral_values_ ? value_step_ : 0.0, memory_, deadline_);
+        p_, best_value_, integral_values_ ? value_step_ : 0.0, memory_, work_deadline());
     if (!o.take.empty() && o.best_value > best_value_) {
       best_value_ = o.best_value;
       greedy_take_ = std::move(o.take);
@@ -404,14 +404,14 @@ class ExpandingCore {
     if (best_value_ == cardinality_checked_value_ || cardinality_failed_) return false;
     const auto now = Clock::now();
     if (std::chrono::duration<double>(now - start_).count() < cardinality_cost_) return false;
-    if (deadline_ && std::chrono::duration<double>(*deadline_ - now).count() < cardinality_cost_) {
+    if (deadline_ && seconds_left() < cardinality_cost_) {
       return false;  // it would most likely stop at the deadline without a bound
     }
     cardinality_checked_value_ = best_value_;
     double bound = 0;
     try {
       if (!cardinality_) cardinality_.emplace(p_, integral_values_, memory_);
-      bound = cardinality_->bound(best_value_, deadline_);
+      bound = cardinality_->bound(best_value_, work_deadline());
       cardinality_cost_ =
           std::max(cardinality_cost_, std::chrono::duration<double>(Clock::now() - now).count());
     } catch (const PlannerMemoryError&) {
@@ -444,7 +444,7 @@ class ExpandingCore {
     const auto now = Clock::now();
     const double ran = std::chrono::duration<double>(now - start_).count();
     if (ran < split_cost_ || split_spent_ > 0.5 * (ran - split_spent_)) return std::nullopt;
-    if (deadline_ && std::chrono::duration<double>(*deadline_ - now).count() < split_cost_) {
+    if (deadline_ && seconds_left() < split_cost_) {
       return std::nullopt;
     }
     ++split_tries_;
@@ -455,7 +455,7 @@ class ExpandingCore {
     SplitOutcome o;
     try {
       o = cardinality_split(p_, break_pos_, best_value_, value_step_, split_cache_, memory_,
-                            deadline_, inner_deadline, tuning_);
+                            work_deadline(), inner_deadline, tuning_);
     } catch (const PlannerMemoryError&) {
       return std::nullopt;  // the search goes on without it
     }
@@ -506,7 +506,7 @@ class ExpandingCore {
     const double ran = std::chrono::duration<double>(now - start_).count();
     const double spent = split_spent_ + band_spent_;
     if (ran < band_cost_ || band_spent_ > ran - spent) return std::nullopt;
-    if (deadline_ && std::chrono::duration<double>(*deadline_ - now).count() < band_cost_) {
+    if (deadline_ && seconds_left() < band_cost_) {
       return std::nullopt;
     }
     ++band_tries_;
@@ -515,7 +515,7 @@ class ExpandingCore {
     const double inner_seconds = std::max(0.01, ran - spent);
     SplitOutcome o;
     try {
-      o = band_split(p_, order_, break_pos_, best_value_, value_step_, memory_, deadline_,
+      o = band_split(p_, order_, break_pos_, best_value_, value_step_, memory_, work_deadline(),
                      inner_seconds, band_cache_, tuning_);
     } catch (const PlannerMemoryError&) {
       return std::nullopt;  // the search goes on without it
@@ -564,11 +564,12 @@ class ExpandingCore {
       }
     };
     const auto m = static_cast<std::ptrdiff_t>(order_.size());
+    const std::optional<Clock::time_point> until = work_deadline();
     // Outside the core: positions < t + 1 (saved, may be dropped) and >= s (may be saved).
     for (std::ptrdiff_t pos = 0; pos < m; ++pos) {
       if (pos == t + 1) pos = s;
       if (pos >= m) break;
-      if (deadline_ && pos % 1024 == 0 && Clock::now() >= *deadline_) break;
+      if (until && pos % 1024 == 0 && Clock::now() >= *until) break;
       const std::uint32_t k = order_[static_cast<std::size_t>(pos)];
       if (pos >= s) {
         try_limit(p_.capacity - p_.weight[k], p_.value[k], k);
@@ -641,14 +642,8 @@ class ExpandingCore {
             stop_at) {
       return false;
     }
-    const auto grow_start = Clock::now();
     grow(scratch_, reserved_scratch_, 2 * n);
     grow(nodes_, reserved_nodes_, nodes_.size() + n);
-    if (copied >= kMeasuredGrowth) {
-      grow_seconds_per_byte_ = std::max(
-          grow_seconds_per_byte_, std::chrono::duration<double>(Clock::now() - grow_start).count() /
-                                      static_cast<double>(copied));
-    }
     std::size_t i = 0, j = 0;
     double last_value = -std::numeric_limits<double>::infinity();
     auto push = [&](const State& candidate, bool flipped, std::uint32_t parent) {
@@ -698,6 +693,17 @@ class ExpandingCore {
     seconds_per_state_ = std::max(seconds_per_state_, took / static_cast<double>(states_.size()));
   }
 
+  // When every step of the search must end so that the result is ready by the deadline (none
+  // without one): the deadline less what the result costs on the list as it is. Every step reads
+  // this, not the deadline itself; the merge, which may double the list, reads stop_time.
+  std::optional<Clock::time_point> work_deadline() const {
+    if (!deadline_) return std::nullopt;
+    return stop_time(states_.size());
+  }
+  double seconds_left() const {
+    return std::chrono::duration<double>(*work_deadline() - Clock::now()).count();
+  }
+
   // When the search must stop so that the result is ready by the deadline: its bound over
   // `states` states (remaining_bound), and the search's lists freed.
   Clock::time_point stop_time(std::size_t states) const {
@@ -741,8 +747,7 @@ class ExpandingCore {
     // soon anyway). Its sort compares up to three keys and it builds a new problem: 2 to 6 times
     // the ordering's time at n = 1e5 (Release and AddressSanitizer builds), so it needs 8 times
     // that left.
-    if (deadline_ &&
-        std::chrono::duration<double>(*deadline_ - Clock::now()).count() < 8 * ordering_seconds_) {
+    if (deadline_ && seconds_left() < 8 * ordering_seconds_) {
       return false;
     }
     std::optional<Bundling> bundled;
@@ -763,7 +768,7 @@ class ExpandingCore {
   // with half as much again to spare, since the rate grows with the list.
   bool too_late_for_garbage_collection() const {
     if (!deadline_) return false;
-    const double left = std::chrono::duration<double>(*deadline_ - Clock::now()).count();
+    const double left = seconds_left();
     return left < 1.5 * gc_seconds_per_entry_ * static_cast<double>(nodes_.size() + states_.size());
   }
 
@@ -828,9 +833,9 @@ class ExpandingCore {
     return solution;
   }
 
-  // Grows a vector's capacity to at least `needed`, accounting the bytes first. The old buffer
-  // is freed apart, to time what freeing costs (the search's own lists are freed by the
-  // deadline too).
+  // Grows a vector's capacity to at least `needed`, accounting the bytes first. The copy and the
+  // freeing of the old buffer are timed apart: the search's own lists are freed by the deadline
+  // too (stop_time), and a growth starts only when its copy ends in time (expand).
   template <typename T>
   void grow(std::vector<T>& v, std::size_t& reserved_bytes, std::size_t needed) {
     if (v.capacity() >= needed) return;
@@ -838,18 +843,24 @@ class ExpandingCore {
     const std::size_t bytes = target * sizeof(T);
     memory_.reserve(bytes - std::min(bytes, reserved_bytes));
     reserved_bytes = std::max(reserved_bytes, bytes);
+    const std::size_t copied = copied_bytes(v, needed);
+    const auto copy_start = Clock::now();
     std::vector<T> bigger;
     bigger.reserve(target);
     bigger.insert(bigger.end(), v.begin(), v.end());
     v.swap(bigger);
     const std::size_t freed = bigger.capacity() * sizeof(T);
-    const auto start = Clock::now();
+    const auto free_start = Clock::now();
     bigger = std::vector<T>();
-    if (freed >= kMeasuredGrowth) {
-      free_seconds_per_byte_ = std::max(
-          free_seconds_per_byte_,
-          std::chrono::duration<double>(Clock::now() - start).count() / static_cast<double>(freed));
-    }
+    note_rate(grow_seconds_per_byte_, free_start - copy_start, copied);
+    note_rate(free_seconds_per_byte_, Clock::now() - free_start, freed);
+  }
+
+  // Keeps the slowest rate seen, of steps at least kMeasuredGrowth bytes large.
+  static void note_rate(double& seconds_per_byte, Clock::duration took, std::size_t bytes) {
+    if (bytes < kMeasuredGrowth) return;
+    seconds_per_byte = std::max(
+        seconds_per_byte, std::chrono::duration<double>(took).count() / static_cast<double>(bytes));
   }
 
   static constexpr std::size_t kMinGcThreshold = 1 << 16;
