@@ -470,7 +470,7 @@ class Evaluator {
 };
 
 std::string bytes_text(std::int64_t bytes) {
-  std::string out = text::integer(bytes) + (bytes == 1 ? " byte" : " bytes");
+  std::string out = text::bytes(bytes);
   if (bytes >= (1 << 20)) {
     out += " (" + text::fixed(static_cast<double>(bytes) / (1 << 20), 2) + " MiB)";
   }

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "common/text.hpp"
 #include "io/json_io.hpp"
 #include "remat/chain.hpp"
 #include "remat/errors.hpp"
@@ -72,8 +73,7 @@ void print_chain(json out, const chain::Simulation& sim, double seconds, json ac
 std::string slots_note(std::int64_t requested, std::int64_t budget,
                        const chain::ProfilePlan& plan) {
   const std::string asked = std::to_string(requested) + " slots requested; ";
-  const std::string unit =
-      std::to_string(plan.unit_bytes) + (plan.unit_bytes == 1 ? " byte" : " bytes");
+  const std::string unit = text::bytes(plan.unit_bytes);
   if (plan.slots < requested) {
     return asked + std::to_string(plan.slots) + " units of " + unit +
            ", the sizes' greatest common divisor, already plan exactly in bytes, and more units "

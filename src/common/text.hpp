@@ -34,4 +34,10 @@ requires std::is_integral_v<Integer> std::string integer(Integer x) {
   return std::string(buffer, result.ptr);
 }
 
+// A count of bytes as a message says it: "1 byte", "2 bytes".
+template <typename Integer>
+requires std::is_integral_v<Integer> std::string bytes(Integer count) {
+  return integer(count) + (count == 1 ? " byte" : " bytes");
+}
+
 }  // namespace remat::text

@@ -1,8 +1,9 @@
 #include "io/byte_units.hpp"
 
 #include <algorithm>
-#include <cstdlib>
+#include <cstdint>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "remat/errors.hpp"

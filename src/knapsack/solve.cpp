@@ -85,10 +85,6 @@ detail::ReducedSolution dispatch(const detail::ReducedProblem& reduced, const So
   throw InputError("solver", std::nullopt, "unknown solver");
 }
 
-std::string bytes_text(std::size_t bytes) {
-  return text::integer(bytes) + (bytes == 1 ? " byte" : " bytes");
-}
-
 // A table solver's need is known up front; refuse it before anything is allocated, and say
 // which solver would fit instead.
 void check_table_solver_fits(const detail::ReducedProblem& reduced, Solver solver,
@@ -101,8 +97,8 @@ void check_table_solver_fits(const detail::ReducedProblem& reduced, Solver solve
   if (solver == Solver::kDp && detail::sliding_hirschberg_bytes(reduced) <= cap) {
     alternative = "{solver=sliding_hirschberg} or {solver=exact}";
   }
-  throw PlannerMemoryError(to_string(solver) + " needs " + bytes_text(need) +
-                           " of planner memory, over the cap of " + bytes_text(cap) + "; use " +
+  throw PlannerMemoryError(to_string(solver) + " needs " + text::bytes(need) +
+                           " of planner memory, over the cap of " + text::bytes(cap) + "; use " +
                            alternative + " (or raise {max_planner_bytes})");
 }
 
