@@ -19,32 +19,22 @@ import concurrent.futures
 import json
 import os
 import subprocess
-import sys
 import tempfile
+
+from chain_planner import make_profile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "bench", "results", "chain_planner")
-GEN = os.path.join(ROOT, "bench", "make_chain_profile.py")
 
 
-def density(bench, seed, fraction, stride, folder):
-    path = os.path.join(folder, f"chain_1000_{seed}.json")
-    budget = int(
-        subprocess.run(
-            [sys.executable, GEN, "--layers", "1000", "--seed", str(seed)]
-            + ["--budget-fraction", str(fraction), "--print-budget"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    )
+def density(bench, path, budget, stride):
     out = subprocess.run(
         [bench, path, str(budget), "476", "density", str(stride)],
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    return {"seed": seed, "fraction": fraction, "budget": budget, "density": json.loads(out)}
+    return json.loads(out)
 
 
 def share(part, whole):
@@ -151,21 +141,26 @@ def main():
         for fraction in args.fractions.split(",")
     ]
     with tempfile.TemporaryDirectory() as folder:
-        for seed in sorted({seed for seed, _ in configs}):
-            with open(os.path.join(folder, f"chain_1000_{seed}.json"), "w") as f:
-                subprocess.run(
-                    [sys.executable, GEN, "--layers", "1000", "--seed", str(seed)],
-                    stdout=f,
-                    check=True,
-                )
+        # One at a time: make_profile writes one file per seed, which the tables then read.
+        made = [
+            (seed, fraction, *make_profile(1000, seed, fraction, folder))
+            for seed, fraction in configs
+        ]
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
             futures = [
-                pool.submit(density, bench, seed, fraction, args.stride, folder)
-                for seed, fraction in configs
+                (seed, fraction, budget, pool.submit(density, bench, path, budget, args.stride))
+                for seed, fraction, path, budget in made
             ]
             results = []
-            for future in futures:
-                results.append(future.result())
+            for seed, fraction, budget, future in futures:
+                results.append(
+                    {
+                        "seed": seed,
+                        "fraction": fraction,
+                        "budget": budget,
+                        "density": future.result(),
+                    }
+                )
                 print(json.dumps(results[-1]), flush=True)
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, "density.json"), "w") as f:
