@@ -26,12 +26,15 @@
 // Lagrangian-shifted knapsack of each number of items a better plan could have (almost strongly
 // correlated instances), with a share of the time, and band_split.cpp does the same on the core
 // that reduced-cost fixing leaves, counting only the items of weight near the break item's
-// (circle instances). Before those, an instance of at most
-// 64 items (and more than 32) goes to proportional_search.cpp (meet in the middle over flip sets of
-// bounded loss against Dantzig's bound), which solves near-proportional ones (runtime proportional
-// to memory at a fine scale) or gives up quickly. The bound costs O(n) per LP, so it is computed
-// only once the search has run as long as it last took, and not when the deadline is nearer than
-// that.
+// (circle instances). When the cardinality bound has not proven the incumbent and every runtime
+// is an integral affine function of weight up to two intercepts, offset_groups.cpp solves the
+// instance by count vectors per intercept (multiple strongly correlated instances, where the
+// list otherwise holds every reachable weight near the budget). Before those, an instance of at
+// most 64 items (and more than 32) goes to proportional_search.cpp (meet in the middle over flip
+// sets of bounded loss against Dantzig's bound), which solves near-proportional ones (runtime
+// proportional to memory at a fine scale) or gives up quickly. The bound costs O(n) per LP, so it
+// is computed only once the search has run as long as it last took, and not when the deadline is
+// nearer than that.
 //
 // Time: O(n log n) for the ordering plus O(sum of list lengths); the list never holds more than
 // min(2^core, weight range) states and, on the instances torch produces, stays short because the
@@ -101,6 +104,7 @@ class ExpandingCore {
         max_enumerated_half_(std::min(tuning.max_enumerated_half, kMaxEnumeratedHalf)),
         next_checkpoint_(tuning.first_checkpoint),
         try_proportional_(tuning.proportional),
+        try_offset_groups_(tuning.offset_groups),
         min_proportional_items_(tuning.min_proportional_items) {}
 
   ReducedSolution run() {
@@ -166,14 +170,23 @@ class ExpandingCore {
         }
         add_next = !add_next;
         update_incumbent();
-        if (split_tries_ > 0 && split_tries_ < kMaxSplitTries && best_value_ > split_tried_at_) {
+        // The splits are first tried at a checkpoint, where the search may not yet have run as
+        // long as a split costs; the next checkpoint may never come (circle n = 1e5: the list
+        // stayed below 611814 states for 8 s, so whether the bands ran at all hung on a few
+        // milliseconds at the last one). So once the cardinality bound has been computed and
+        // failed, each split's first try is also made here as soon as its time share allows,
+        // the cardinality split's before the bands' (almost strongly correlated instances need
+        // the former, and an early band try there only costs its LPs).
+        if (split_tries_ < kMaxSplitTries &&
+            (split_tries_ > 0 ? best_value_ > split_tried_at_ : plain_cardinality_gap_ >= 0)) {
           // A try cut short is retried once the incumbent has improved (its plans count) and
           // its share of the time allows, not only at the next checkpoint (which may come much
           // later once the list is long). Without a better incumbent a retry would mostly
           // repeat the same search (circle instances: the split's bounds barely beat Dantzig's).
           if (const auto done = split_by_cardinality()) return *done;
         }
-        if (band_tries_ > 0 && band_tries_ < kMaxSplitTries && band_retry_due()) {
+        if (band_tries_ < kMaxSplitTries && (split_tries_ > 0 || !tuning_.shift) &&
+            (band_tries_ > 0 ? band_retry_due() : plain_cardinality_gap_ >= 0)) {
           if (const auto done = split_by_band()) return *done;
         }
         if (states_.size() > next_checkpoint_) {
@@ -193,6 +206,11 @@ class ExpandingCore {
           }
           pair_with_outside_items(s, t);
           if (proven_by_cardinality()) return finish_enumerated();
+          // After the cheap proofs, which settle most correlated instances at once.
+          if (try_offset_groups_ && integral_values_) {
+            try_offset_groups_ = false;
+            if (const auto done = offset_groups_proof(s, t)) return *done;
+          }
           if (const auto done = split_by_cardinality()) return *done;
           if (const auto done = split_by_band()) return *done;
         }
@@ -388,6 +406,32 @@ class ExpandingCore {
       cardinality_bound_ = std::min(cardinality_bound_, o.upper_bound);  // valid for every plan
       ReducedSolution solution = finish(SolveStatus::kTimeLimit, s, t);
       solution.path = "proportional_search";
+      return solution;
+    }
+    return std::nullopt;
+  }
+
+  // Runtime affine in weight up to two intercepts (offset_groups.cpp): the optimum by count
+  // vectors, or the incumbent proven; a deadline there ends the search with its bound.
+  std::optional<ReducedSolution> offset_groups_proof(std::ptrdiff_t s, std::ptrdiff_t t) {
+    OffsetGroupsOutcome o = offset_groups_search(p_, best_value_, memory_, work_deadline());
+    if (!o.take.empty() && o.best_value > best_value_) {
+      best_value_ = o.best_value;
+      greedy_take_ = std::move(o.take);
+      best_node_ = kGreedyIncumbent;
+      incumbent_source_ = "offset_groups";
+    }
+    if (o.status == OffsetGroupsOutcome::kProven) {
+      ReducedSolution solution;
+      solution.take = best_node_ == kGreedyIncumbent ? greedy_take_ : finish_take();
+      solution.status = SolveStatus::kOptimal;
+      solution.path = "offset_groups";
+      return solution;
+    }
+    if (o.status == OffsetGroupsOutcome::kDeadline) {
+      cardinality_bound_ = std::min(cardinality_bound_, o.upper_bound);  // valid for every plan
+      ReducedSolution solution = finish(SolveStatus::kTimeLimit, s, t);
+      solution.path = "offset_groups";
       return solution;
     }
     return std::nullopt;
@@ -902,6 +946,7 @@ class ExpandingCore {
   bool enumerated_ = false;
   std::size_t next_checkpoint_;
   bool try_proportional_;
+  bool try_offset_groups_;
   std::size_t min_proportional_items_;
   std::string incumbent_source_ = "greedy";  // where a plan outside the history tree came from
   bool proven_by_bound_ = false;

@@ -230,6 +230,34 @@ ProportionalOutcome proportional_search(const ReducedProblem& p, double incumben
                                         double value_step, PlannerMemory& memory,
                                         std::optional<Clock::time_point> deadline);
 
+// Runtime one affine function of weight up to at most two intercepts, every runtime integral
+// (Pisinger's strongly, inverse strongly and multiple strongly correlated and subset-sum classes;
+// see offset_groups.cpp): plans split by how many items of each intercept they save, each count
+// vector's heaviest plan within the budget found by a bit-set program over balanced swaps.
+// kNotApplicable without that structure; kGaveUp when more than max_vectors count vectors could
+// beat `incumbent`, or before a vector whose program would pass max_work word operations (all
+// vectors together) or max_bytes; kDeadline with the bound of the vectors not yet solved. `take`
+// is empty unless a better plan than `incumbent` was found. Never throws PlannerMemoryError: a
+// refusal is a kGaveUp.
+struct OffsetGroupLimits {
+  std::size_t max_vectors = std::size_t{1} << 20;
+  double max_work = 0x1p28;
+  double max_bytes = 0x1p28;
+};
+struct OffsetGroupsOutcome {
+  enum Status { kNotApplicable, kGaveUp, kProven, kDeadline } status = kNotApplicable;
+  std::vector<char> take;
+  double best_value = 0;                                         // of `take`, or the incumbent
+  double upper_bound = std::numeric_limits<double>::infinity();  // with kDeadline, on every plan
+  std::size_t groups = 0;                                        // intercepts found
+  std::size_t vectors = 0, solved = 0;  // count vectors listed, and their programs run
+  std::size_t filled = 0;               // vectors met without a program (offset_groups.cpp)
+};
+OffsetGroupsOutcome offset_groups_search(const ReducedProblem& p, double incumbent,
+                                         PlannerMemory& memory,
+                                         std::optional<Clock::time_point> deadline,
+                                         const OffsetGroupLimits& limits = {});
+
 // Identical items bundled by binary splitting (see duplicate_bundles.cpp). Bundle k stands for
 // bundle_count[k] copies of group bundle_group[k]; a group's items are
 // members[group_start[g] .. group_start[g + 1]), lowest index first. problem.original_index holds
@@ -265,7 +293,8 @@ struct ExactTuning {
   // only when its own bounds leave at most this share.
   double band_after_cardinality_share = 0.5;
   double band_max_gap_share = 0.05;
-  bool proportional = true;  // proportional_search for n <= 64
+  bool offset_groups = true;  // offset_groups_search at the first checkpoint
+  bool proportional = true;   // proportional_search for n <= 64
   // Up to 2 x 16 items, core enumeration over every item is exact and cheaper.
   std::size_t min_proportional_items = 33;
   // Only plans worth at least this much are looked for (cardinality_split's inner searches):

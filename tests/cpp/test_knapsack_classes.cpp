@@ -27,7 +27,8 @@ const char* const kClasses[] = {"uncorrelated",
                                 "subset_sum",
                                 "spanner",
                                 "profit_ceiling",
-                                "circle"};
+                                "circle",
+                                "multiple_strongly_correlated"};
 
 // A quantized instance of one of Pisinger's classes, from the generator `remat generate` uses.
 KnapsackProblem pisinger(const char* family, std::size_t n, std::uint64_t seed, std::int64_t range,
@@ -72,6 +73,8 @@ TEST(Classes, EveryPathEqualsBruteForceOnEachClass) {
           // here except in one setting, so that the other paths run too.
           tuning.proportional = checkpoint == 3 && bundled == 64;
           tuning.min_proportional_items = 0;
+          // offset_groups likewise takes over the correlated classes: on in one setting.
+          tuning.offset_groups = checkpoint == 1 && bundled == 64;
           tuning.first_checkpoint = checkpoint;
           tuning.min_bundled_items = bundled;
           tuning.bundle_only_if_halved = bundled > 1;
@@ -98,6 +101,7 @@ TEST(Classes, EveryPathEqualsBruteForceOnEachClass) {
   EXPECT_TRUE(ran("meet_in_the_middle"));
   EXPECT_TRUE(ran("proportional_search"));
   EXPECT_TRUE(ran("cardinality_split"));
+  EXPECT_TRUE(ran("offset_groups"));
   // band_split: the small instances here are proven before it starts (see the next test).
 }
 
@@ -115,6 +119,23 @@ TEST(Classes, BandSplitProvesACircleInstance) {
   const auto [w, v] = plan_totals(reduced, s.take);
   EXPECT_LE(w, reduced.capacity);
   EXPECT_EQ(v, 498371739.0);
+}
+
+// The splits' first tries are not left to the checkpoints alone: here the cardinality bound asks
+// for the bands at the checkpoint of 305907 states, before the search has run as long as the
+// bands cost, and the list never doubles again. Before the fix the bands never ran, and the core
+// alone took 8.7 s (path expanding_core+state_pairing); a time limit of 5 s left it unproven.
+TEST(Classes, BandsAreTriedWhenTheirTimeComesBetweenCheckpoints) {
+  const KnapsackProblem p = pisinger("circle", 100000, 1, 100000);
+  const detail::ReducedProblem reduced = detail::reduce(p);
+  detail::PlannerMemory memory(std::size_t{1} << 30, "exact");
+  const detail::ReducedSolution s = detail::solve_exact(
+      reduced, memory, detail::Clock::now() + std::chrono::seconds(60), detail::ExactTuning{});
+  EXPECT_EQ(s.status, SolveStatus::kOptimal);
+  EXPECT_NE(s.path.find("band_split"), std::string::npos) << s.path;
+  const auto [w, v] = plan_totals(reduced, s.take);
+  EXPECT_LE(w, reduced.capacity);
+  EXPECT_EQ(v, 4999549704.0);
 }
 
 // The items before the break item in efficiency order (what the splits call lp_items and
