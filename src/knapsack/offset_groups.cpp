@@ -306,6 +306,12 @@ class Search {
     double work_left = limits_.max_work;
     for (const Vector& vec : vectors) {
       if (vec.bound <= best_) break;
+      if (past_deadline()) {
+        // Every vector left is bounded by this one's U: a valid bound on every plan.
+        out.status = OffsetGroupsOutcome::kDeadline;
+        out.upper_bound = static_cast<double>(vec.bound) / static_cast<double>(s_.slope.den);
+        return out;
+      }
       const std::int64_t slack = p_.capacity - lightest(vec);
       const auto value = [&](std::int64_t add) {
         return base(vec) +
@@ -358,6 +364,8 @@ class Search {
   }
 
  private:
+  bool past_deadline() const { return deadline_ && Clock::now() >= *deadline_; }
+
   // A plan of `vec` that meets its bound without the program, when an obvious one does: its
   // heaviest plan when that fits, else one swap (in one group, a member out and a non-member
   // exactly `slack` heavier in) that fills the budget to the unit. On dense weights (n = 10^5)
@@ -490,7 +498,7 @@ class Search {
         setter = (*record)[g].data();
       }
       const auto step = [&](std::int64_t increase, bool out, std::size_t rank) {
-        if (deadline_ && Clock::now() >= *deadline_) return false;
+        if (past_deadline()) return false;
         std::uint32_t id = 0;
         if (moves) {
           moves->push_back({g, out, rank, increase});
