@@ -389,26 +389,9 @@ class ExpandingCore {
   std::optional<ReducedSolution> proportional_proof(std::ptrdiff_t s, std::ptrdiff_t t) {
     ProportionalOutcome o = proportional_search(
         p_, best_value_, integral_values_ ? value_step_ : 0.0, memory_, work_deadline());
-    if (!o.take.empty() && o.best_value > best_value_) {
-      best_value_ = o.best_value;
-      greedy_take_ = std::move(o.take);
-      best_node_ = kGreedyIncumbent;
-      incumbent_source_ = "proportional_search";
-    }
-    if (o.status == ProportionalOutcome::kProven) {
-      ReducedSolution solution;
-      solution.take = best_node_ == kGreedyIncumbent ? greedy_take_ : finish_take();
-      solution.status = SolveStatus::kOptimal;
-      solution.path = "proportional_search";
-      return solution;
-    }
-    if (o.status == ProportionalOutcome::kDeadline) {
-      cardinality_bound_ = std::min(cardinality_bound_, o.upper_bound);  // valid for every plan
-      ReducedSolution solution = finish(SolveStatus::kTimeLimit, s, t);
-      solution.path = "proportional_search";
-      return solution;
-    }
-    return std::nullopt;
+    return conclude_side_search(o.take, o.best_value, o.status == ProportionalOutcome::kProven,
+                                o.status == ProportionalOutcome::kDeadline, o.upper_bound,
+                                "proportional_search", s, t);
   }
 
   // Runtime affine in weight up to two intercepts (offset_groups.cpp): the optimum by count
@@ -420,23 +403,35 @@ class ExpandingCore {
     // limit without this).
     if (deadline_ && seconds_left() < 8 * ordering_seconds_) return std::nullopt;
     OffsetGroupsOutcome o = offset_groups_search(p_, best_value_, memory_, work_deadline());
-    if (!o.take.empty() && o.best_value > best_value_) {
-      best_value_ = o.best_value;
-      greedy_take_ = std::move(o.take);
+    return conclude_side_search(o.take, o.best_value, o.status == OffsetGroupsOutcome::kProven,
+                                o.status == OffsetGroupsOutcome::kDeadline, o.upper_bound,
+                                "offset_groups", s, t);
+  }
+
+  // What a search beside the core found: its better plan becomes the incumbent; a proof ends the
+  // search with the incumbent, and so does the deadline, with the side search's bound (valid for
+  // every plan) joining the result's.
+  std::optional<ReducedSolution> conclude_side_search(std::vector<char>& take, double value,
+                                                      bool proven, bool at_deadline, double bound,
+                                                      const char* path, std::ptrdiff_t s,
+                                                      std::ptrdiff_t t) {
+    if (!take.empty() && value > best_value_) {
+      best_value_ = value;
+      greedy_take_ = std::move(take);
       best_node_ = kGreedyIncumbent;
-      incumbent_source_ = "offset_groups";
+      incumbent_source_ = path;
     }
-    if (o.status == OffsetGroupsOutcome::kProven) {
+    if (proven) {
       ReducedSolution solution;
       solution.take = best_node_ == kGreedyIncumbent ? greedy_take_ : finish_take();
       solution.status = SolveStatus::kOptimal;
-      solution.path = "offset_groups";
+      solution.path = path;
       return solution;
     }
-    if (o.status == OffsetGroupsOutcome::kDeadline) {
-      cardinality_bound_ = std::min(cardinality_bound_, o.upper_bound);  // valid for every plan
+    if (at_deadline) {
+      cardinality_bound_ = std::min(cardinality_bound_, bound);
       ReducedSolution solution = finish(SolveStatus::kTimeLimit, s, t);
-      solution.path = "offset_groups";
+      solution.path = path;
       return solution;
     }
     return std::nullopt;
