@@ -28,6 +28,9 @@
 // reached. The winning vector's program is run again recording, for each bit, the item that
 // first set it, which gives the plan (each bit's first setter comes after its predecessor's).
 //
+// Weights with a common divisor D are counted in units of D (the budget rounded down), which
+// divides every slack by D and lets a plan fill the budget to the unit.
+//
 // Time: O(n log n) to find the structure and sort the groups, O(n log n + V log V) to list V
 // vectors, and per vector solved O(sum_g (outs_g + ins_g) q_g s / 64) word operations. Memory:
 // the vectors (40 bytes each), (q_g + 1) bit sets of s + 1 bits, and for the plan 4 bytes per
@@ -46,6 +49,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <stdexcept>
@@ -270,6 +274,9 @@ std::size_t words_for(std::int64_t slack) {
   return static_cast<std::size_t>(slack / 64) + 1;
 }
 
+// Per (layer, bit) of a group's program, the move that first set the bit (0: set before it).
+using Record = std::unique_ptr<std::uint32_t[]>;
+
 // A move of the program: one out or in of a group, for rebuilding the plan.
 struct Move {
   std::size_t group;
@@ -320,6 +327,11 @@ class Search {
       std::int64_t increase = 0;
       std::optional<std::vector<char>> plan = fill(vec, slack, increase, work_left);
       if (work_left < 0) return out;  // kGaveUp
+      if (!plan && past_deadline()) {
+        out.status = OffsetGroupsOutcome::kDeadline;
+        out.upper_bound = static_cast<double>(vec.bound) / static_cast<double>(s_.slope.den);
+        return out;
+      }
       if (plan) {
         ++out.filled;
       } else {
@@ -333,9 +345,13 @@ class Search {
                   (static_cast<double>(w.most) * static_cast<double>(words_for(slack)) + 1);
           layers = std::max(layers, w.most + 1);
         }
-        const double record_bytes = static_cast<double>(layers) * kMaxGroups *
-                                    static_cast<double>(words_for(slack)) * 64 *
-                                    sizeof(std::uint32_t);
+        double record_bytes = 0;
+        for (const Swaps& w : swaps) {
+          if (w.most > 0) {
+            record_bytes += static_cast<double>(w.most + 1) *
+                            static_cast<double>(words_for(slack)) * 64 * sizeof(std::uint32_t);
+          }
+        }
         if (work > work_left || record_bytes > limits_.max_bytes) return out;  // kGaveUp
         work_left -= work;
         const std::optional<std::int64_t> reached = heaviest_increase(slack, swaps, nullptr);
@@ -386,6 +402,7 @@ class Search {
       increase = heaviest - lightest(vec);
       return take;
     }
+    std::size_t lookups = 0;
     for (std::size_t g = 0; g < kMaxGroups; ++g) {
       const Group& group = s_.groups[g];
       const std::size_t count = vec.count[g];
@@ -393,7 +410,7 @@ class Search {
       const auto outside = group.weight.begin() + static_cast<std::ptrdiff_t>(count);
       for (std::size_t j = count; j-- > 0 && group.weight[count - 1] - group.weight[j] <= slack;) {
         work_left -= kLookupWork;
-        if (work_left < 0) return std::nullopt;
+        if (work_left < 0 || (++lookups % 1024 == 0 && past_deadline())) return std::nullopt;
         const std::int64_t wanted = group.weight[j] + slack;
         const auto at = std::lower_bound(outside, group.weight.end(), wanted);
         if (at == group.weight.end() || *at != wanted) continue;
@@ -481,7 +498,7 @@ class Search {
   // highest bit the program reaches); nullopt at the deadline. With `record`, each (group,
   // layer, bit) gets the move that first set it (1-based in `moves`).
   std::optional<std::int64_t> heaviest_increase(std::int64_t slack, const std::vector<Swaps>& swaps,
-                                                std::vector<std::vector<std::uint32_t>>* record,
+                                                std::vector<Record>* record,
                                                 std::vector<Move>* moves = nullptr) {
     std::size_t layers = 1;
     for (const Swaps& w : swaps) layers = std::max(layers, w.most + 1);
@@ -494,8 +511,16 @@ class Search {
       if (w.most == 0) continue;
       std::uint32_t* setter = nullptr;
       if (record) {
-        (*record)[g].assign((w.most + 1) * words * 64, 0);
-        setter = (*record)[g].data();
+        // Left unwritten (zeroing up to hundreds of MB would not heed the deadline): only set
+        // bits are ever read, and each gets its entry when set; those this group starts from
+        // are marked as its start.
+        (*record)[g].reset(new std::uint32_t[(w.most + 1) * words * 64]);
+        setter = (*record)[g].get();
+        for (std::size_t word = 0; word < words; ++word) {
+          for (std::uint64_t set = bits.layer(0)[word]; set; set &= set - 1) {
+            setter[word * 64 + static_cast<std::size_t>(__builtin_ctzll(set))] = 0;
+          }
+        }
       }
       const auto step = [&](std::int64_t increase, bool out, std::size_t rank) {
         if (past_deadline()) return false;
@@ -541,7 +566,7 @@ class Search {
       if (w.most > 0) record_bytes += (w.most + 1) * words * 64 * sizeof(std::uint32_t);
     }
     const Reservation held(memory_, record_bytes);
-    std::vector<std::vector<std::uint32_t>> record(kMaxGroups);
+    std::vector<Record> record(kMaxGroups);
     std::vector<Move> moves;
     if (!heaviest_increase(slack, swaps, &record, &moves)) return std::nullopt;
     std::vector<char> take(p_.size(), 0);
@@ -583,14 +608,37 @@ OffsetGroupsOutcome offset_groups_search(const ReducedProblem& p, double incumbe
                                          PlannerMemory& memory,
                                          std::optional<Clock::time_point> deadline,
                                          const OffsetGroupLimits& limits) {
-  std::optional<Structure> s = find_structure(p);
+  // Weights with a common divisor D (sizes in whole pages, say) are counted in units of D, the
+  // budget rounded down to one: the same plans fit, every slack is D times smaller, and a budget
+  // that no plan fills to the byte is filled to the unit instead.
+  std::int64_t divisor = 0;
+  for (std::int64_t w : p.weight) divisor = std::gcd(divisor, w);
+  std::optional<ReducedProblem> in_units;
+  std::optional<Reservation> units_held;
+  if (divisor > 1) {
+    try {
+      units_held.emplace(memory, p.size() * (sizeof(std::int64_t) + sizeof(double)));
+    } catch (const PlannerMemoryError&) {
+      OffsetGroupsOutcome refused;
+      refused.status = OffsetGroupsOutcome::kGaveUp;
+      return refused;
+    }
+    in_units.emplace();
+    in_units->value = p.value;
+    in_units->weight.reserve(p.size());
+    for (std::int64_t w : p.weight) in_units->weight.push_back(w / divisor);
+    in_units->capacity = p.capacity / divisor;
+    in_units->original_size = p.size();
+  }
+  const ReducedProblem& q = in_units ? *in_units : p;
+  std::optional<Structure> s = find_structure(q);
   if (!s) return {};
   const std::size_t groups = static_cast<std::size_t>(
       std::count_if(s->groups.begin(), s->groups.end(), [](const Group& g) { return g.size(); }));
   OffsetGroupsOutcome out;
   try {
-    const Reservation held(memory, p.size() * (sizeof(std::uint32_t) + 2 * sizeof(std::int64_t)));
-    out = Search(p, std::move(*s), memory, deadline, limits).run(incumbent);
+    const Reservation held(memory, q.size() * (sizeof(std::uint32_t) + 2 * sizeof(std::int64_t)));
+    out = Search(q, std::move(*s), memory, deadline, limits).run(incumbent);
   } catch (const PlannerMemoryError&) {
     // What it needs passes the cap: leave the instance to the core (nothing is held now).
     out = OffsetGroupsOutcome{};

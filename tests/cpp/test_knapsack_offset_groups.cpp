@@ -35,7 +35,8 @@ double brute_force(const detail::ReducedProblem& p) {
 }
 
 // Items of weight den x + r_g and runtime num x + c_g: runtime = (num w + b_g) / den with
-// b_g = den c_g - num r_g, one or two groups. Runtimes stay positive, weights within the budget.
+// b_g = den c_g - num r_g, one or two groups, every weight then sometimes multiplied by a unit.
+// Runtimes stay positive, weights within the budget.
 detail::ReducedProblem affine_instance(std::mt19937_64& rng, std::size_t groups,
                                        std::int64_t* distinct_weights) {
   std::uniform_int_distribution<std::int64_t> pick_num(1, 3), pick_den(1, 3);
@@ -48,6 +49,8 @@ detail::ReducedProblem affine_instance(std::mt19937_64& rng, std::size_t groups,
     c[g] = std::uniform_int_distribution<std::int64_t>(-range / 4, range)(rng);
   }
   const std::size_t n = 2 + rng() % 15;
+  // Sometimes every weight a multiple of a unit (sizes in whole pages), budget not.
+  const std::int64_t unit = std::vector<std::int64_t>{1, 1, 2, 3, 10}[rng() % 5];
   detail::ReducedProblem p;
   std::set<std::int64_t> weights;
   std::int64_t total = 0;
@@ -57,11 +60,11 @@ detail::ReducedProblem affine_instance(std::mt19937_64& rng, std::size_t groups,
     const std::int64_t w = den * x + r[g];
     const std::int64_t v = num * x + c[g];
     if (w < 1 || v < 1) continue;
-    p.weight.push_back(w);
+    p.weight.push_back(w * unit);
     p.value.push_back(static_cast<double>(v));
     p.original_index.push_back(p.size());
     weights.insert(w);
-    total += w;
+    total += w * unit;
   }
   p.capacity = std::max<std::int64_t>(
       *std::max_element(p.weight.begin(), p.weight.end()),
