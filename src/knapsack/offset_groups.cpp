@@ -608,9 +608,12 @@ OffsetGroupsOutcome offset_groups_search(const ReducedProblem& p, double incumbe
                                          PlannerMemory& memory,
                                          std::optional<Clock::time_point> deadline,
                                          const OffsetGroupLimits& limits) {
+  std::optional<Structure> s = find_structure(p);
+  if (!s) return {};
   // Weights with a common divisor D (sizes in whole pages, say) are counted in units of D, the
   // budget rounded down to one: the same plans fit, every slack is D times smaller, and a budget
-  // that no plan fills to the byte is filled to the unit instead.
+  // that no plan fills to the byte is filled to the unit instead. The structure holds in those
+  // units too (the slope is D times steeper).
   std::int64_t divisor = 0;
   for (std::int64_t w : p.weight) divisor = std::gcd(divisor, w);
   std::optional<ReducedProblem> in_units;
@@ -629,10 +632,10 @@ OffsetGroupsOutcome offset_groups_search(const ReducedProblem& p, double incumbe
     for (std::int64_t w : p.weight) in_units->weight.push_back(w / divisor);
     in_units->capacity = p.capacity / divisor;
     in_units->original_size = p.size();
+    s = find_structure(*in_units);
+    if (!s) throw std::logic_error("offset_groups: the structure does not hold in units");
   }
   const ReducedProblem& q = in_units ? *in_units : p;
-  std::optional<Structure> s = find_structure(q);
-  if (!s) return {};
   const std::size_t groups = static_cast<std::size_t>(
       std::count_if(s->groups.begin(), s->groups.end(), [](const Group& g) { return g.size(); }));
   OffsetGroupsOutcome out;
