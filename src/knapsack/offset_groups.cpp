@@ -25,8 +25,11 @@
 // within s), and the reachable increases form a bit set over [0, s]: a 0/1 program over the
 // items, layered by outs not yet matched (0 .. q_g), group after group, each group starting from
 // what the last one reached with every out matched. The heaviest plan is the highest bit
-// reached. The winning vector's program is run again recording, for each bit, the item that
-// first set it, which gives the plan (each bit's first setter comes after its predecessor's).
+// reached. A vector that beats the incumbent has its program run again at once, recording for
+// each bit the move that first set it, which gives the plan (each bit's first setter comes after
+// its predecessor's). Before any program, a vector whose heaviest plan fits, or whose lightest
+// plan one swap fills to the unit, meets its bound at once: on dense weights (n = 10^5) that is
+// almost always so, where the program would take billions of word operations.
 //
 // Weights with a common divisor D are counted in units of D (the budget rounded down), which
 // divides every slack by D and lets a plan fill the budget to the unit.
@@ -39,8 +42,8 @@
 // program would pass the work or memory left to it: it is meant for slacks of up to millions,
 // which the vectors near the LP optimum have when the intercepts are large against the spacing of
 // the weights. Exact: integer arithmetic (128 bits) throughout; the deadline is read between
-// items of a program, and a deadline returns the incumbent with the best bound of the vectors
-// not yet solved.
+// vectors, between the moves of a program and every 1024 one-swap lookups, and a deadline
+// returns the incumbent with the best bound of the vectors not yet solved.
 //
 // Sources: the count-vector split is the cardinality-constraint idea of Martello, Pisinger and
 // Toth (combo, 1999) taken per group; the bit-set program over balanced swaps is written here
