@@ -398,10 +398,9 @@ class ExpandingCore {
   // vectors, or the incumbent proven; a deadline there ends the search with its bound.
   std::optional<ReducedSolution> offset_groups_proof(std::ptrdiff_t s, std::ptrdiff_t t) {
     // Its preparation (sorting each group by weight, listing and sorting the count vectors) is
-    // not cut by the deadline and costs a few times the ordering's sort, as bundling does: it
-    // needs 8 times that left (subset sum n = 1e5 under AddressSanitizer ran 63 ms past a 50 ms
-    // limit without this).
-    if (deadline_ && seconds_left() < 8 * ordering_seconds_) return std::nullopt;
+    // not cut by the deadline, as bundling is not (subset sum n = 1e5 under AddressSanitizer ran
+    // 63 ms past a 50 ms limit without this).
+    if (!time_for_uncut_sorts()) return std::nullopt;
     OffsetGroupsOutcome o = offset_groups_search(p_, best_value_, memory_, work_deadline());
     return conclude_side_search(o.take, o.best_value, o.status == OffsetGroupsOutcome::kProven,
                                 o.status == OffsetGroupsOutcome::kDeadline, o.upper_bound,
@@ -747,6 +746,13 @@ class ExpandingCore {
   double seconds_left() const {
     return std::chrono::duration<double>(*work_deadline() - Clock::now()).count();
   }
+  // Whether a step that sorts and builds O(n) items without reading the deadline (bundling,
+  // offset_groups) ends in time: bundling's sort compares up to three keys and it builds a new
+  // problem, 2 to 6 times the ordering's time at n = 1e5 (Release and AddressSanitizer builds),
+  // so such a step needs 8 times that left.
+  bool time_for_uncut_sorts() const {
+    return !deadline_ || seconds_left() >= 8 * ordering_seconds_;
+  }
 
   // When the search must stop so that the result is ready by the deadline: its bound over
   // `states` states (remaining_bound), and the search's lists freed.
@@ -788,12 +794,8 @@ class ExpandingCore {
   // for the sort.
   bool restart_bundled() {
     // Nothing can stop it halfway: too near the deadline, the search goes on unbundled (it ends
-    // soon anyway). Its sort compares up to three keys and it builds a new problem: 2 to 6 times
-    // the ordering's time at n = 1e5 (Release and AddressSanitizer builds), so it needs 8 times
-    // that left.
-    if (deadline_ && seconds_left() < 8 * ordering_seconds_) {
-      return false;
-    }
+    // soon anyway).
+    if (!time_for_uncut_sorts()) return false;
     std::optional<Bundling> bundled;
     try {
       bundled = bundle_duplicates(p_, memory_, bundling_->only_if_halved);

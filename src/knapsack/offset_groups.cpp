@@ -93,17 +93,26 @@ struct Structure {
   std::vector<Group> groups;  // exactly kMaxGroups; an unused one is empty
 };
 
-Int128 scaled_offset(const ReducedProblem& p, std::size_t i, const Slope& slope) {
+// The items' weights in units of a common divisor of them all.
+struct UnitWeights {
+  const ReducedProblem& p;
+  std::int64_t unit;
+  std::int64_t operator[](std::size_t i) const { return p.weight[i] / unit; }
+};
+
+Int128 scaled_offset(const ReducedProblem& p, const UnitWeights& w, std::size_t i,
+                     const Slope& slope) {
   return static_cast<Int128>(slope.den) * static_cast<Int128>(p.value[i]) -
-         static_cast<Int128>(slope.num) * static_cast<Int128>(p.weight[i]);
+         static_cast<Int128>(slope.num) * static_cast<Int128>(w[i]);
 }
 
 // Whether every item's den v - num w is one of at most kMaxGroups values (the first ones found
 // are kept in `offsets`).
-bool fits_slope(const ReducedProblem& p, const Slope& slope, std::vector<Int128>& offsets) {
+bool fits_slope(const ReducedProblem& p, const UnitWeights& w, const Slope& slope,
+                std::vector<Int128>& offsets) {
   offsets.clear();
   for (std::size_t i = 0; i < p.size(); ++i) {
-    const Int128 b = scaled_offset(p, i, slope);
+    const Int128 b = scaled_offset(p, w, i, slope);
     if (std::find(offsets.begin(), offsets.end(), b) != offsets.end()) continue;
     if (offsets.size() == kMaxGroups) return false;
     offsets.push_back(b);
@@ -111,20 +120,22 @@ bool fits_slope(const ReducedProblem& p, const Slope& slope, std::vector<Int128>
   return true;
 }
 
-// The slope and groups, when there are any: among kMaxGroups + 1 items of distinct weights two
-// share a group, so one of their pairwise slopes is the slope (any slope that fits will do).
-std::optional<Structure> find_structure(const ReducedProblem& p) {
+// The slope and groups, when there are any, with weights in units of `unit` (a common divisor of
+// them all): among kMaxGroups + 1 items of distinct weights two share a group, so one of their
+// pairwise slopes is the slope (any slope that fits will do).
+std::optional<Structure> find_structure(const ReducedProblem& p, std::int64_t unit) {
+  const UnitWeights weight{p, unit};
   double largest_value = 0, total_weight = 0;
   for (std::size_t i = 0; i < p.size(); ++i) {
     const double v = p.value[i];
     if (!(v > 0 && v < 0x1p53) || v != std::floor(v)) return std::nullopt;
     largest_value = std::max(largest_value, v);
-    total_weight += static_cast<double>(p.weight[i]);
+    total_weight += static_cast<double>(weight[i]);
   }
   std::vector<std::size_t> probes;
   for (std::size_t i = 0; i < p.size() && probes.size() <= kMaxGroups; ++i) {
     bool seen = false;
-    for (std::size_t j : probes) seen = seen || p.weight[j] == p.weight[i];
+    for (std::size_t j : probes) seen = seen || weight[j] == weight[i];
     if (!seen) probes.push_back(i);
   }
   if (probes.size() < 2) return std::nullopt;  // one weight: bundling serves that
@@ -132,7 +143,7 @@ std::optional<Structure> find_structure(const ReducedProblem& p) {
   for (std::size_t a = 0; a < probes.size(); ++a) {
     for (std::size_t b = a + 1; b < probes.size(); ++b) {
       std::int64_t num = static_cast<std::int64_t>(p.value[probes[b]] - p.value[probes[a]]);
-      std::int64_t den = p.weight[probes[b]] - p.weight[probes[a]];
+      std::int64_t den = weight[probes[b]] - weight[probes[a]];
       if (den < 0) num = -num, den = -den;
       if (num <= 0) continue;  // runtime not rising with weight: not this structure
       const std::int64_t g = std::gcd(num, den);
@@ -142,25 +153,24 @@ std::optional<Structure> find_structure(const ReducedProblem& p) {
           static_cast<double>(slope.den) * largest_value * static_cast<double>(p.size()) +
           static_cast<double>(slope.num) * total_weight;
       if (!(scaled < 0x1p120)) continue;
-      if (!fits_slope(p, slope, offsets)) continue;
+      if (!fits_slope(p, weight, slope, offsets)) continue;
       Structure s;
       s.slope = slope;
       s.groups.resize(kMaxGroups);
       for (std::size_t k = 0; k < offsets.size(); ++k) s.groups[k].offset = offsets[k];
       for (std::size_t i = 0; i < p.size(); ++i) {
-        const Int128 b = scaled_offset(p, i, slope);
+        const Int128 b = scaled_offset(p, weight, i, slope);
         const auto k = static_cast<std::size_t>(std::find(offsets.begin(), offsets.end(), b) -
                                                 offsets.begin());
         s.groups[k].items.push_back(static_cast<std::uint32_t>(i));
       }
       for (Group& group : s.groups) {
-        std::stable_sort(
-            group.items.begin(), group.items.end(),
-            [&](std::uint32_t x, std::uint32_t y) { return p.weight[x] < p.weight[y]; });
+        std::stable_sort(group.items.begin(), group.items.end(),
+                         [&](std::uint32_t x, std::uint32_t y) { return weight[x] < weight[y]; });
         group.prefix.push_back(0);
         for (std::uint32_t i : group.items) {
-          group.weight.push_back(p.weight[i]);
-          group.prefix.push_back(group.prefix.back() + p.weight[i]);
+          group.weight.push_back(weight[i]);
+          group.prefix.push_back(group.prefix.back() + weight[i]);
         }
       }
       return s;
@@ -280,6 +290,15 @@ std::size_t words_for(std::int64_t slack) {
 // Per (layer, bit) of a group's program, the move that first set the bit (0: set before it).
 using Record = std::unique_ptr<std::uint32_t[]>;
 
+// What the records of a vector's program take, every group's together.
+std::size_t record_bytes(const std::vector<Swaps>& swaps, std::int64_t slack) {
+  std::size_t bytes = 0;
+  for (const Swaps& w : swaps) {
+    if (w.most > 0) bytes += (w.most + 1) * words_for(slack) * 64 * sizeof(std::uint32_t);
+  }
+  return bytes;
+}
+
 // A move of the program: one out or in of a group, for rebuilding the plan.
 struct Move {
   std::size_t group;
@@ -290,9 +309,15 @@ struct Move {
 
 class Search {
  public:
-  Search(const ReducedProblem& p, Structure s, PlannerMemory& memory,
+  // `capacity` in the structure's units of weight.
+  Search(const ReducedProblem& p, Structure s, std::int64_t capacity, PlannerMemory& memory,
          std::optional<Clock::time_point> deadline, const OffsetGroupLimits& limits)
-      : p_(p), s_(std::move(s)), memory_(memory), deadline_(deadline), limits_(limits) {}
+      : p_(p),
+        s_(std::move(s)),
+        capacity_(capacity),
+        memory_(memory),
+        deadline_(deadline),
+        limits_(limits) {}
 
   OffsetGroupsOutcome run(double incumbent) {
     OffsetGroupsOutcome out;
@@ -316,13 +341,15 @@ class Search {
     double work_left = limits_.max_work;
     for (const Vector& vec : vectors) {
       if (vec.bound <= best_) break;
-      if (past_deadline()) {
-        // Every vector left is bounded by this one's U: a valid bound on every plan.
+      // At the deadline, every vector left (this one included) is bounded by this one's U, which
+      // is above the incumbent: a valid bound on every plan.
+      const auto at_deadline = [&] {
         out.status = OffsetGroupsOutcome::kDeadline;
         out.upper_bound = static_cast<double>(vec.bound) / static_cast<double>(s_.slope.den);
         return out;
-      }
-      const std::int64_t slack = p_.capacity - lightest(vec);
+      };
+      if (past_deadline()) return at_deadline();
+      const std::int64_t slack = capacity_ - lightest(vec);
       const auto value = [&](std::int64_t add) {
         return base(vec) +
                static_cast<Int128>(s_.slope.num) * static_cast<Int128>(lightest(vec) + add);
@@ -330,32 +357,22 @@ class Search {
       std::int64_t increase = 0;
       std::optional<std::vector<char>> plan = fill(vec, slack, increase, work_left);
       if (work_left < 0) return out;  // kGaveUp
-      if (!plan && past_deadline()) {
-        out.status = OffsetGroupsOutcome::kDeadline;
-        out.upper_bound = static_cast<double>(vec.bound) / static_cast<double>(s_.slope.den);
-        return out;
-      }
+      if (!plan && past_deadline()) return at_deadline();
       if (plan) {
         ++out.filled;
       } else {
         std::vector<Swaps> swaps;
         double work = 0;
-        std::size_t layers = 1;
         for (std::size_t g = 0; g < kMaxGroups; ++g) {
           swaps.push_back(swaps_of(s_.groups[g], vec.count[g], slack));
           const Swaps& w = swaps.back();
           work += static_cast<double>(w.outs.size() + w.ins.size()) *
                   (static_cast<double>(w.most) * static_cast<double>(words_for(slack)) + 1);
-          layers = std::max(layers, w.most + 1);
         }
-        double record_bytes = 0;
-        for (const Swaps& w : swaps) {
-          if (w.most > 0) {
-            record_bytes += static_cast<double>(w.most + 1) *
-                            static_cast<double>(words_for(slack)) * 64 * sizeof(std::uint32_t);
-          }
+        if (work > work_left ||
+            static_cast<double>(record_bytes(swaps, slack)) > limits_.max_bytes) {
+          return out;  // kGaveUp
         }
-        if (work > work_left || record_bytes > limits_.max_bytes) return out;  // kGaveUp
         work_left -= work;
         const std::optional<std::int64_t> reached = heaviest_increase(slack, swaps, nullptr);
         if (reached) {
@@ -365,12 +382,7 @@ class Search {
           // A better plan is rebuilt at once, so that a deadline later still leaves it.
           plan = plan_of(vec, slack, swaps, increase);
         }
-        if (!plan) {
-          out.status = OffsetGroupsOutcome::kDeadline;
-          out.upper_bound =
-              static_cast<double>(std::max(best_, vec.bound)) / static_cast<double>(s_.slope.den);
-          return out;
-        }
+        if (!plan) return at_deadline();
       }
       if (value(increase) <= best_) continue;
       best_ = value(increase);
@@ -450,10 +462,10 @@ class Search {
     const Group& first = s_.groups[0];
     const Group& second = s_.groups[1];
     const Int128 num = s_.slope.num;
-    const Int128 capacity = p_.capacity;
-    for (std::size_t k0 = 0; k0 <= first.size() && first.lightest(k0) <= p_.capacity; ++k0) {
+    const Int128 capacity = capacity_;
+    for (std::size_t k0 = 0; k0 <= first.size() && first.lightest(k0) <= capacity_; ++k0) {
       // The second group's counts that fit: [0, fit].
-      const std::int64_t room = p_.capacity - first.lightest(k0);
+      const std::int64_t room = capacity_ - first.lightest(k0);
       const auto fit = static_cast<std::size_t>(
           std::upper_bound(second.prefix.begin(), second.prefix.end(), room) -
           second.prefix.begin() - 1);
@@ -490,8 +502,7 @@ class Search {
       for (std::size_t k1 = from; k1 < to; ++k1) {
         const Vector v{0, {k0, k1}};
         const std::int64_t heavy = s_.groups[0].heaviest(k0) + s_.groups[1].heaviest(k1);
-        out.push_back(
-            {base(v) + num * static_cast<Int128>(std::min(p_.capacity, heavy)), {k0, k1}});
+        out.push_back({base(v) + num * static_cast<Int128>(std::min(capacity_, heavy)), {k0, k1}});
       }
     });
     return true;
@@ -563,12 +574,8 @@ class Search {
   // setters; nullopt at the deadline.
   std::optional<std::vector<char>> plan_of(const Vector& vec, std::int64_t slack,
                                            const std::vector<Swaps>& swaps, std::int64_t increase) {
-    std::size_t record_bytes = 0;
     const std::size_t words = words_for(slack);
-    for (const Swaps& w : swaps) {
-      if (w.most > 0) record_bytes += (w.most + 1) * words * 64 * sizeof(std::uint32_t);
-    }
-    const Reservation held(memory_, record_bytes);
+    const Reservation held(memory_, record_bytes(swaps, slack));
     std::vector<Record> record(kMaxGroups);
     std::vector<Move> moves;
     if (!heaviest_increase(slack, swaps, &record, &moves)) return std::nullopt;
@@ -597,8 +604,9 @@ class Search {
     return take;
   }
 
-  const ReducedProblem& p_;
+  const ReducedProblem& p_;  // its values and size (weights are the structure's)
   Structure s_;
+  std::int64_t capacity_;
   PlannerMemory& memory_;
   std::optional<Clock::time_point> deadline_;
   OffsetGroupLimits limits_;
@@ -611,40 +619,20 @@ OffsetGroupsOutcome offset_groups_search(const ReducedProblem& p, double incumbe
                                          PlannerMemory& memory,
                                          std::optional<Clock::time_point> deadline,
                                          const OffsetGroupLimits& limits) {
-  std::optional<Structure> s = find_structure(p);
-  if (!s) return {};
   // Weights with a common divisor D (sizes in whole pages, say) are counted in units of D, the
   // budget rounded down to one: the same plans fit, every slack is D times smaller, and a budget
-  // that no plan fills to the byte is filled to the unit instead. The structure holds in those
-  // units too (the slope is D times steeper).
+  // that no plan fills to the byte is filled to the unit instead.
   std::int64_t divisor = 0;
   for (std::int64_t w : p.weight) divisor = std::gcd(divisor, w);
-  std::optional<ReducedProblem> in_units;
-  std::optional<Reservation> units_held;
-  if (divisor > 1) {
-    try {
-      units_held.emplace(memory, p.size() * (sizeof(std::int64_t) + sizeof(double)));
-    } catch (const PlannerMemoryError&) {
-      OffsetGroupsOutcome refused;
-      refused.status = OffsetGroupsOutcome::kGaveUp;
-      return refused;
-    }
-    in_units.emplace();
-    in_units->value = p.value;
-    in_units->weight.reserve(p.size());
-    for (std::int64_t w : p.weight) in_units->weight.push_back(w / divisor);
-    in_units->capacity = p.capacity / divisor;
-    in_units->original_size = p.size();
-    s = find_structure(*in_units);
-    if (!s) throw std::logic_error("offset_groups: the structure does not hold in units");
-  }
-  const ReducedProblem& q = in_units ? *in_units : p;
+  divisor = std::max<std::int64_t>(divisor, 1);
+  std::optional<Structure> s = find_structure(p, divisor);
+  if (!s) return {};
   const std::size_t groups = static_cast<std::size_t>(
       std::count_if(s->groups.begin(), s->groups.end(), [](const Group& g) { return g.size(); }));
   OffsetGroupsOutcome out;
   try {
-    const Reservation held(memory, q.size() * (sizeof(std::uint32_t) + 2 * sizeof(std::int64_t)));
-    out = Search(q, std::move(*s), memory, deadline, limits).run(incumbent);
+    const Reservation held(memory, p.size() * (sizeof(std::uint32_t) + 2 * sizeof(std::int64_t)));
+    out = Search(p, std::move(*s), p.capacity / divisor, memory, deadline, limits).run(incumbent);
   } catch (const PlannerMemoryError&) {
     // What it needs passes the cap: leave the instance to the core (nothing is held now).
     out = OffsetGroupsOutcome{};

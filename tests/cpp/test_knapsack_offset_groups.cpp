@@ -20,20 +20,6 @@ namespace {
 using detail::OffsetGroupsOutcome;
 using testing::plan_totals;
 
-double brute_force(const detail::ReducedProblem& p) {
-  double best = 0;
-  const std::size_t n = p.size();
-  for (std::uint32_t mask = 0; mask < (1u << n); ++mask) {
-    std::int64_t w = 0;
-    double v = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      if (mask >> i & 1u) w += p.weight[i], v += p.value[i];
-    }
-    if (w <= p.capacity) best = std::max(best, v);
-  }
-  return best;
-}
-
 // Items of weight den x + r_g and runtime num x + c_g: runtime = (num w + b_g) / den with
 // b_g = den c_g - num r_g, one or two groups, every weight then sometimes multiplied by a unit.
 // Runtimes stay positive, weights within the budget.
@@ -84,7 +70,7 @@ TEST(OffsetGroups, EqualsBruteForceOnRandomAffineInstances) {
     std::int64_t total = 0;
     for (std::int64_t w : p.weight) total += w;
     if (total <= p.capacity) continue;
-    const double optimum = brute_force(p);
+    const double optimum = testing::brute_force_value(p);
     // The incumbent: none, one below the optimum, the optimum itself.
     const double incumbent = std::vector<double>{0.0, optimum - 1, optimum}[trial % 3];
     detail::PlannerMemory memory(std::size_t{1} << 30, "exact");

@@ -12,8 +12,10 @@
 
 namespace remat::testing {
 
-// Best value over all 2^n subsets (n <= 20).
-inline double brute_force_value(const KnapsackProblem& p) {
+// Best value over all 2^n subsets (n <= 20), of a KnapsackProblem or a reduced one (anything with
+// size(), weight, value and capacity).
+template <class Problem>
+double brute_force_value(const Problem& p) {
   const std::size_t n = p.size();
   double best = 0;
   for (std::uint32_t mask = 0; mask < (1u << n); ++mask) {
