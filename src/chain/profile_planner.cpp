@@ -33,14 +33,26 @@
 //   (b) R(s, t, m) >= 2 T(s+1..t-1) - K(s, t, m - w_s), K the 0/1 knapsack of the times of
 //       layers s+1..t-1 within m - w_s units (the left part runs twice; the right part's once-run
 //       layers and a_j fit beside a_s).
+//   (c) the splitting lemma: R(s, t, m) >= R(s, u, m) + T(u..v) + R(v, t, m - w_s + w_v) for
+//       s < u <= v < t. For u = v, by cases on the first split j (before u: the induction on
+//       (j, t) and split j of (s, u); at u: monotone in m; past u: the induction on (s, j) and
+//       split j of (u, t)); chained through u..v, the parts between priced by one run each. A
+//       segment too long or too heavy for the band thus costs at least a stored part of it plus
+//       the rest of the first pass from v with w_v - w_s more memory (fill_f, split_bound).
+//       At tight budgets, where optimal first-pass segments are hundreds of layers long, (b)
+//       stays 20-25% under the optimum and the band grew to the full table; (c) certifies a
+//       band of 256 (1000 layers, 1% of the activation bytes, seeds 1 and 3).
 // F is computed three times in one pass: on good segments only (G, the candidate, with the same
 // arithmetic as the full program), and as lower bounds B_W and B_L over the derivations with at
 // least one too-heavy (W(s, t) > m + delta) and at least one too-long (t - s > L) first-pass
-// segment, bad segments priced by (b) and good ones exactly. If B_W(0, C) and B_L(0, C) both
+// segment, bad segments priced by the better of (b) and (c), good ones exactly; (c) costs about
+// as much as the rest of the pass, so it is formed only once a band has widened or the
+// certificate fails without it. If B_W(0, C) and B_L(0, C) both
 // exceed G(0, C) by a relative 1e-9 (far above rounding), no bad derivation is optimal or tied,
 // so G(0, C) is the full program's value to the last bit and its first minimizers, hence the
 // plan, are the full program's too. Otherwise delta doubles if B_W failed, and L doubles if B_L
-// did (a band without a schedule grows delta eightfold unfilled, below); at
+// did (each by half once L reaches 256; a band without a schedule grows delta eightfold
+// unfilled, below); at
 // delta >= W(0, n + 1) and L = n every state is good: the full program, which small problems
 // (n^3 C / 6 <= 2e7) run at once.
 //
@@ -49,12 +61,12 @@
 // practice (the first band, delta = C / 4 + max w and L = 64, is enough unless the budget is
 // within a few times the largest pair of adjacent sizes; then the band widens, up to the full
 // program). Each band also takes the F passes and their knapsacks (see below). Memory: the band's
-// rows and offsets, 3 n (C + 1) doubles for F and 2 (C + 1) for the knapsack, accounted before
-// the allocation. Segments are filled in tiles of kTileEnds end points; within a tile by start
-// point downwards, then end point upwards, so both parts of a segment are filled before it and
-// each start point's left parts are read once per tile rather than once per end point (the fill
-// is bound by memory traffic). The plan is rebuilt by re-evaluating the minimizations, never
-// stored.
+// rows and offsets, its rows' samples (one in B = skip_block), 3 n (C + 1) doubles for F and
+// 10 (C + 1) of scratch rows, accounted before the allocation. Segments are filled in tiles of
+// kTileEnds end points; within a tile by start point downwards, then end point upwards, so both
+// parts of a segment are filled before it and each start point's left parts are read once per tile
+// rather than once per end point (the fill is bound by memory traffic). The plan is rebuilt by
+// re-evaluating the minimizations, never stored.
 //
 // Three things keep the widening cheap; none changes the objective or the plan:
 //   - A band that holds no schedule at all is never filled: the least m at which each stored
@@ -80,8 +92,11 @@
 // of its parts' least values, formed in the same order, is no higher than its value at any m); the
 // prefix is applied in blocks of m, and a block where the split's value at its last m is no lower
 // than the row at its first is skipped (lower_blocks). All three are exact, and at tight budgets,
-// where most splits improve few m, they skip most of the fill's traffic. The full program is kept
-// as plan_profile_reference (profile_reference.cpp) for the tests and the benchmark.
+// where most splits improve few m, they skip most of the fill's traffic. The blocks end where the
+// right part's samples are (every B-th m, kept by end point beside the least values): a block test
+// then reads a sample that is in cache rather than the right part's row, which is not (the test's
+// load was half the fill's time at 1000 layers and 1% budgets; now 0.8x the time). The full program
+// is kept as plan_profile_reference (profile_reference.cpp) for the tests and the benchmark.
 #include "chain/profile_planner.hpp"
 
 #include <algorithm>
@@ -111,6 +126,9 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kMargin = 1e-9;
 // End points filled together (see solve()); 16 was fastest of 4 to 64 at 1000 layers.
 constexpr std::int64_t kTileEnds = 16;
+// From this longest segment on, a band that fails its certificate widens by half (see
+// plan_profile_tuned): at 1000 layers and 1-1.5% budgets, 0.6-0.65x the time of doubling.
+constexpr std::int64_t kLargeBandLength = 256;
 
 class BandProgram {
  public:
@@ -120,7 +138,8 @@ class BandProgram {
         tail_gap_(tuning.tail_gap),
         skip_block_(std::max<std::int64_t>(1, tuning.skip_block)),
         threads_(std::max<std::int64_t>(1, tuning.threads)),
-        threads_from_(tuning.threads_from) {
+        threads_from_(tuning.threads_from),
+        split_lemma_(tuning.split_lemma) {
     // `slots` units of floor(budget / slots) bytes, unless the sizes' common divisor is at least
     // that: then it is the unit, and rounding is exact (tensor sizes share large powers of two).
     for (std::int64_t b : profile.activation_bytes) divisor_ = std::gcd(divisor_, b);
@@ -196,12 +215,14 @@ class BandProgram {
     // With a budget of petabytes counted in single bytes the count would wrap past 2^64: it
     // saturates, and the cap refuses it.
     const double approximate_bytes =
-        (approximate_entries + 3 * static_cast<double>(n_ + 1) * static_cast<double>(row_size())) *
+        (approximate_entries + 3 * static_cast<double>(n_ + 1) * static_cast<double>(row_size()) +
+         static_cast<double>(pairs) * static_cast<double>(sample_count())) *
         sizeof(double);
     if (approximate_bytes >= 0x1p63) return std::numeric_limits<std::size_t>::max();
     return entries * sizeof(double) + (pairs + 1) * sizeof(std::size_t) +
            pairs * 2 * sizeof(Least) + (static_cast<std::size_t>(n_) + 2) * sizeof(std::size_t) +
-           (3 * static_cast<std::size_t>(n_) + 2) * row_size() * sizeof(double);
+           pairs * static_cast<std::size_t>(sample_count()) * sizeof(double) +
+           (3 * static_cast<std::size_t>(n_) + 10) * row_size() * sizeof(double);
   }
 
   // Whether the band laid out last holds a schedule (G(0, C) finite), found without filling it.
@@ -250,7 +271,7 @@ class BandProgram {
   };
 
   // Fills the band and the F passes, and checks the certificate for both kinds of bad segment.
-  Verdict solve() {
+  Verdict solve(bool tight) {
     row_offset_.clear();
     row_offset_.reserve(pairs_ + 1);
     std::size_t entries = 0;
@@ -264,16 +285,27 @@ class BandProgram {
     prepare_rows();
     least_by_start_.assign(pairs_, Least{});
     least_by_end_.assign(pairs_, Least{});
+    samples_.assign(pairs_ * sample_count(), -kInf);
     fill_rows();
     forget_kept();
-    fill_f();
-    const double good = g(0)[static_cast<std::size_t>(capacity_)];
-    const auto beaten = [&](double bad) {
-      return bad == kInf ||
-             (good < kInf && bad * (1 - kMargin) > good * (1 + kMargin) + 2 * slack());
+    const auto verdict = [&] {
+      const double good = g(0)[static_cast<std::size_t>(capacity_)];
+      const auto beaten = [&](double bad) {
+        return bad == kInf ||
+               (good < kInf && bad * (1 - kMargin) > good * (1 + kMargin) + 2 * slack());
+      };
+      return Verdict{beaten(bw(0)[static_cast<std::size_t>(capacity_)]),
+                     beaten(bl(0)[static_cast<std::size_t>(capacity_)])};
     };
-    return {beaten(bw(0)[static_cast<std::size_t>(capacity_)]),
-            beaten(bl(0)[static_cast<std::size_t>(capacity_)])};
+    // The splitting lemma's bounds cost about as much as the rest of the F passes: unless the
+    // budget is known to be tight, they are formed only when the certificate fails without them.
+    if (!tight || !split_lemma_) {
+      fill_f<false>();
+      const Verdict plain = verdict();
+      if ((plain.heavy_ok && plain.long_ok) || !split_lemma_) return plain;
+    }
+    fill_f<true>();
+    return verdict();
   }
 
   // What the rows kept from the last filled band take.
@@ -328,6 +360,8 @@ class BandProgram {
 
  private:
   std::size_t row_size() const { return static_cast<std::size_t>(capacity_) + 1; }
+  // Samples of a row kept beside it, at m = k B + B - 1 (B = skip_block_), k < this.
+  std::int64_t sample_count() const { return capacity_ / skip_block_ + 1; }
   std::int64_t w(std::int64_t i) const { return weight_[static_cast<std::size_t>(i)]; }
   std::int64_t total(std::int64_t s, std::int64_t t) const {
     return weight_prefix_[static_cast<std::size_t>(t)] -
@@ -529,8 +563,16 @@ class BandProgram {
       }
     }
     least_by_start_[pair_index(s, t)] = least;
-    least_by_end_[end_base_[static_cast<std::size_t>(t)] + static_cast<std::size_t>(t - 1 - s)] =
-        least;
+    const std::size_t by_end =
+        end_base_[static_cast<std::size_t>(t)] + static_cast<std::size_t>(t - 1 - s);
+    least_by_end_[by_end] = least;
+    if (row_lo <= row_top) {
+      const double* row = r(s, t) - row_lo;
+      double* samples = samples_.data() + by_end * sample_count();
+      for (std::int64_t k = row_lo / skip_block_; k < sample_count(); ++k) {
+        samples[k] = row[std::min(row_top, k * skip_block_ + skip_block_ - 1)];
+      }
+    }
   }
 
   // The first m of (s, t) that the kept band stored (past row_top if none).
@@ -569,7 +611,10 @@ class BandProgram {
     const std::int64_t both_end = std::min({end, left_end, right_end});
     std::int64_t m = first;
     if (m < both_end) {
-      lower_blocks(row, right, left, cost, m, both_end);
+      const double* samples = samples_.data() + (end_base_[static_cast<std::size_t>(t)] +
+                                                 static_cast<std::size_t>(t - 1 - j)) *
+                                                    sample_count();
+      lower_blocks(row, samples, right, left, cost, ws, m, both_end);
       m = both_end;
     }
     if (m >= end) return;
@@ -591,12 +636,18 @@ class BandProgram {
   // is no lower than the row at its first: the row and both parts only fall with m (the row
   // is the least of the splits so far, each falling), and rounded sums are monotone, so no
   // entry of that block would change. At tight budgets most blocks are skipped.
-  void lower_blocks(double* row, const double* right, const double* left, double cost,
-                    std::int64_t from, std::int64_t to) const {
-    for (std::int64_t first = from; first < to; first += skip_block_) {
-      const std::int64_t end = std::min(to, first + skip_block_);
-      if (cost + right[end - 1] + left[end - 1] >= row[first]) continue;
+  void lower_blocks(double* row, const double* samples, const double* right, const double* left,
+                    double cost, std::int64_t ws, std::int64_t from, std::int64_t to) const {
+    for (std::int64_t first = from; first < to;) {
+      // Blocks end where the right part's samples are: at m - w_s = k B + B - 1.
+      const std::int64_t k = (first - ws) / skip_block_;
+      const std::int64_t end = std::min(to, ws + k * skip_block_ + skip_block_);
+      if (cost + samples[k] + left[end - 1] >= row[first]) {
+        first = end;
+        continue;
+      }
       lower_to_sums(row, right, left, cost, first, end);
+      first = end;
     }
   }
 
@@ -614,20 +665,33 @@ class BandProgram {
   }
 
   // G over good segments with the full program's arithmetic; B, the least lower bound of a
-  // derivation with a bad segment, pricing bad segments by (b).
+  // derivation with a bad segment, pricing bad segments by (b), and with kSplitLemma by the
+  // better of (b) and (c).
+  template <bool kSplitLemma>
   void fill_f() {
     const std::size_t size = row_size();
     f_.assign(3 * static_cast<std::size_t>(n_) * size, kInf);
     const bool any_bad = delta_ < full_delta() || max_length_ < n_;
     std::vector<double> knap(size), next(size);
+    // Of derivations whose first segment is too long: their bounds by (b) (two, as above), and
+    // by the splitting lemma (see split_bound).
+    // Without the lemma they are wrow and lrow themselves (no rows to combine, as before (c)).
+    std::vector<double> long_w(kSplitLemma ? size : 0), long_l(long_w.size()), lemma(long_w.size()),
+        first_part(long_w.size());
     Tail tail(n_ + 1, size);
     for (std::int64_t s = n_ - 1; s >= 0; --s) {
+      std::fill(long_w.begin(), long_w.end(), kInf);
+      std::fill(long_l.begin(), long_l.end(), kInf);
+      std::fill(lemma.begin(), lemma.end(), -kInf);
+      std::fill(first_part.begin(), first_part.end(), -kInf);
       // Past this end point, segments from s are priced together (see below); they are all too
       // long, by tail_gap_ layers and by twice the band's longest segment.
       const std::int64_t tail_start = last(s) + 1 + std::max(tail_gap_, 2 * max_length_);
       double* grow = g(s);
       double* wrow = bw(s);
       double* lrow = bl(s);
+      double* long_wrow = kSplitLemma ? long_w.data() : wrow;
+      double* long_lrow = kSplitLemma ? long_l.data() : lrow;
       const std::int64_t ws = w(s);
       std::fill(knap.begin(), knap.end(), 0.0);
       std::int64_t need = ws;
@@ -651,8 +715,8 @@ class BandProgram {
             const auto c = static_cast<std::size_t>(m - ws);
             const double price = std::max(once - knap[c] + tail.once[c],
                                           twice - knap[c] - tail.far_knap[c] + tail.twice[c]);
-            wrow[m] = std::min(wrow[m], price);
-            lrow[m] = std::min(lrow[m], price);
+            long_wrow[m] = std::min(long_wrow[m], price);
+            long_lrow[m] = std::min(long_lrow[m], price);
           }
           break;
         }
@@ -666,10 +730,16 @@ class BandProgram {
         const auto bound = [&](std::int64_t m) {
           return 2 * inside - knap[static_cast<std::size_t>(m - ws)];
         };
+        // A W-bad state of a stored row costs at least the row's first entry (rows fall with m).
+        const double clamped = long_segment ? 0.0 : r(s, j)[0];
+        const auto heavy_bound = [&](std::int64_t m) { return std::max(bound(m), clamped); };
         if (j == n_) {
-          for (std::int64_t m = need; m < heavy_end; ++m) wrow[m] = std::min(wrow[m], bound(m));
+          double* heavy_row = long_segment ? long_wrow : wrow;
+          for (std::int64_t m = need; m < heavy_end; ++m)
+            heavy_row[m] = std::min(heavy_row[m], heavy_bound(m));
           if (long_segment) {
-            for (std::int64_t m = split; m <= capacity_; ++m) lrow[m] = std::min(lrow[m], bound(m));
+            for (std::int64_t m = split; m <= capacity_; ++m)
+              long_lrow[m] = std::min(long_lrow[m], bound(m));
           } else {
             for (std::int64_t m = split; m <= capacity_; ++m)
               grow[m] = std::min(grow[m], r_at(s, j, m));
@@ -679,18 +749,31 @@ class BandProgram {
         const double* grest = g(j) - ws;
         const double* wrest = bw(j) - ws;
         const double* lrest = bl(j) - ws;
-        for (std::int64_t m = need; m < heavy_end; ++m) {
-          const double price = bound(m);
-          const double rest = std::min({grest[m], wrest[m], lrest[m]});
-          wrow[m] = std::min(wrow[m], rest + price);
-          lrow[m] = std::min(lrow[m], lrest[m] + price);
+        {
+          double* heavy_w = long_segment ? long_wrow : wrow;
+          double* heavy_l = long_segment ? long_lrow : lrow;
+          for (std::int64_t m = need; m < heavy_end; ++m) {
+            const double price = heavy_bound(m);
+            const double rest = std::min({grest[m], wrest[m], lrest[m]});
+            double heavy = rest + price, heavy_long = lrest[m] + price;
+            if constexpr (kSplitLemma) {
+              // lemma[m]: the splitting lemma's bound over v < j, for the whole derivation
+              heavy = std::max(heavy, lemma[static_cast<std::size_t>(m)]);
+              heavy_long = std::max(heavy_long, lemma[static_cast<std::size_t>(m)]);
+            }
+            heavy_w[m] = std::min(heavy_w[m], heavy);
+            heavy_l[m] = std::min(heavy_l[m], heavy_long);
+          }
+        }
+        if constexpr (kSplitLemma) {
+          if (!long_segment) split_bound(s, j, need, first_part.data(), lemma.data());
         }
         if (long_segment) {
           for (std::int64_t m = split; m <= capacity_; ++m) {
             const double price = bound(m);
             const double rest = std::min({grest[m], wrest[m], lrest[m]});
-            lrow[m] = std::min(lrow[m], rest + price);
-            wrow[m] = std::min(wrow[m], wrest[m] + price);
+            long_lrow[m] = std::min(long_lrow[m], rest + price);
+            long_wrow[m] = std::min(long_wrow[m], wrest[m] + price);
           }
         } else if (split <= capacity_) {
           const double* segment = r(s, j) - lo(s, j);
@@ -709,6 +792,41 @@ class BandProgram {
           }
         }
       }
+      if constexpr (kSplitLemma) {
+        for (std::size_t m = 0; m < size; ++m) {
+          wrow[m] = std::min(wrow[m], std::max(long_w[m], lemma[m]));
+          lrow[m] = std::min(lrow[m], std::max(long_l[m], lemma[m]));
+        }
+      }
+    }
+  }
+
+  // The splitting lemma: R(s, t, m) >= R(s, u, m) + T(u..v) + R(v, t, m - w_s + w_v) for every
+  // s < u <= v < t. For u = v it follows by induction on t - s over the recurrence (the first
+  // split j before u, at u, or past it); chained through u..v it prices the parts between by one
+  // run each. So a derivation whose first segment (s, t) runs past the band costs at least
+  // R(s, u, m) + T(u..v) + F(v, m - w_s + w_v) for every stored u <= v: F(v, m - w_s + w_v) <=
+  // R(v, t, m - w_s + w_v) + F(t, m - w_s), the rest of that derivation. v is taken where
+  // m - w_s + w_v <= C (F is known only there), u anywhere before it. For v = this j, raises
+  // lemma[m] to the best such bound, first_part[m] holding the best R(s, u, m) - T(1..u-1).
+  void split_bound(std::int64_t s, std::int64_t v, std::int64_t need, double* first_part,
+                   double* lemma) const {
+    const std::int64_t ws = w(s), wv = w(v);
+    const std::int64_t row_lo = lo(s, v), row_top = top(s, v);
+    if (row_lo > row_top) return;
+    const double* piece = r(s, v) - row_lo;
+    const double before = time_prefix_[static_cast<std::size_t>(v - 1)];
+    for (std::int64_t m = need; m <= capacity_; ++m) {
+      first_part[m] = std::max(first_part[m], piece[std::clamp(m, row_lo, row_top)] - before);
+    }
+    const double* grest = g(v) + wv - ws;
+    const double* wrest = bw(v) + wv - ws;
+    const double* lrest = bl(v) + wv - ws;
+    const double through = time_prefix_[static_cast<std::size_t>(v)];
+    const std::int64_t end = std::min(capacity_, capacity_ + ws - wv);
+    for (std::int64_t m = need; m <= end; ++m) {
+      const double value = first_part[m] + through + std::min({grest[m], wrest[m], lrest[m]});
+      lemma[m] = std::max(lemma[m], value);
     }
   }
 
@@ -789,6 +907,7 @@ class BandProgram {
   std::int64_t skip_block_;   // entries of a row a split is checked against at once
   std::int64_t threads_;      // threads that fill the rows of a band ...
   std::size_t threads_from_;  // ... with at least this many entries
+  bool split_lemma_;
   std::int64_t unit_ = 1, capacity_ = 0, divisor_ = 0, delta_ = 0, max_length_ = 0;
   bool exact_ = true;
   std::vector<std::int64_t> weight_, weight_prefix_;
@@ -804,6 +923,10 @@ class BandProgram {
   };
   // By pair_index, and by end point (end_base_).
   std::vector<Least> least_by_start_, least_by_end_;
+  // By end point as least_by_end_, sample_count() each: R(j, t, k B + B - 1) (flat past the top),
+  // the values a split's block test reads of its right part. Laid out together, they stay in
+  // cache where the right parts' rows do not.
+  std::vector<double> samples_;
   // A band's rows, allocated without writing them (prepare_rows writes them on every thread).
   class Rows {
    public:
@@ -859,7 +982,7 @@ BandValues band_values(const ChainProfile& profile, std::int64_t budget_bytes, s
   profile.validate();
   BandProgram program(profile, budget_bytes, slots, tuning);
   program.layout(delta, max_length);
-  program.solve();
+  program.solve(true);
   return {program.best(), program.heavy_bound(), program.long_bound()};
 }
 
@@ -882,6 +1005,9 @@ ProfilePlan plan_profile_tuned(const ChainProfile& profile, std::int64_t budget_
     max_length = profile.layers();
   }
   std::int64_t bands = 0;
+  // Whether a band has widened: then the budget is tight, and the certificate needs the
+  // splitting lemma more often than not.
+  bool tight = false;
   // Every schedule holds a_0 with the largest output before the last (least_profile_budget), and
   // recomputing everything from a_0 needs no more; with none, no band is laid out.
   bool any_schedule = program.least_units() <= program.capacity();
@@ -896,6 +1022,7 @@ ProfilePlan plan_profile_tuned(const ChainProfile& profile, std::int64_t budget_
         throw std::logic_error("profile planner: the full program holds no schedule");
       }
       delta = delta > full / 8 ? full : 8 * delta;
+      tight = true;
       max_length = std::min(2 * max_length, profile.layers());
       continue;
     }
@@ -911,13 +1038,19 @@ ProfilePlan plan_profile_tuned(const ChainProfile& profile, std::int64_t budget_
           text::integer(program.capacity()) + " memory units, over the cap of " +
           text::integer(max_planner_bytes) + "; lower {slots} (or raise {max_planner_bytes})");
     }
-    const auto verdict = program.solve();
+    const auto verdict = program.solve(tight);
     if (!(program.best() < kInf)) {
       throw std::logic_error("profile planner: a band that holds a schedule has G(0, C) infinite");
     }
     if (verdict.heavy_ok && verdict.long_ok) break;
-    if (!verdict.heavy_ok) delta = delta > full / 2 ? full : 2 * delta;
-    if (!verdict.long_ok) max_length = std::min(2 * max_length, profile.layers());
+    tight = true;
+    // Bands of segments this long take hundreds of MB at 1000 layers, and their certificates
+    // fail by fractions of a percent: they widen by half rather than double.
+    const bool large = max_length >= kLargeBandLength;
+    if (!verdict.heavy_ok) delta = delta > full / 2 ? full : large ? delta + delta / 2 : 2 * delta;
+    if (!verdict.long_ok) {
+      max_length = std::min(large ? max_length + max_length / 2 : 2 * max_length, profile.layers());
+    }
   }
   if (!any_schedule) {
     // F(0, m) only falls as m grows, so nothing fits in fewer units either.

@@ -20,6 +20,8 @@ struct BandTuning {
   // fast at 1000 layers.
   std::int64_t skip_block = 32;
   double small_work = 2e7;  // up to this much work (n^3 C / 6) the full program runs at once
+  // The splitting lemma's bounds in the certificate (see fill_f); off only to show what they save.
+  bool split_lemma = true;
   // Threads that fill a band's rows (the same values with any number), used from this many
   // entries on; plan_profile takes the machine's cores, at most kMaxThreads.
   std::int64_t threads = 1;

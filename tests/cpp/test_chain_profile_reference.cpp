@@ -223,11 +223,13 @@ TEST(ProfilePlannerReference, SameOnEveryPathOfTheBandProgram) {
 
 // The certificate's bounds are lower bounds: B_W is at most the least cost of a first pass with a
 // too heavy segment, B_L of one with a too long (not too heavy) segment, both found here from the
-// whole table of R on chains small enough to enumerate, whatever the band and the tail's gap.
+// whole table of R on chains small enough to enumerate, whatever the band and the tail's gap. The
+// splitting lemma they use holds on every state of that table.
 TEST(ProfilePlannerReference, BandBoundsAreLowerBounds) {
   constexpr double kInfinity = std::numeric_limits<double>::infinity();
   std::mt19937_64 rng(4016);
   int heavy_checked = 0, long_checked = 0;
+  std::int64_t lemma_checked = 0;
   for (int trial = 0; trial < 240; ++trial) {
     const int kind = std::vector<int>{0, 2, 3}[trial % 3];  // sizes with small units
     const auto n = 2 + static_cast<std::int64_t>(rng() % 22);
@@ -273,6 +275,30 @@ TEST(ProfilePlannerReference, BandBoundsAreLowerBounds) {
                               [static_cast<std::size_t>(m - w[s])] +
                              r[static_cast<std::size_t>(s)][static_cast<std::size_t>(j)]
                               [static_cast<std::size_t>(m)]);
+          }
+        }
+      }
+    }
+    // The splitting lemma (c) on every state: R(s, t, m) >= R(s, u, m) + T(u..v) +
+    // R(v, t, m - w_s + w_v), s < u <= v < t (on every fourth table: O(n^4 C) each).
+    for (std::int64_t s = 0; trial % 4 == 0 && s < n; ++s) {
+      for (std::int64_t t = s + 2; t <= n; ++t) {
+        for (std::int64_t u = s + 1; u < t; ++u) {
+          for (std::int64_t v = u; v < t; ++v) {
+            for (std::int64_t m = 0; m <= capacity; ++m) {
+              const std::int64_t right = m - w[s] + w[v];
+              if (right < 0 || right > capacity) continue;
+              const auto at = [&](std::int64_t a, std::int64_t b, std::int64_t k) {
+                return r[static_cast<std::size_t>(a)][static_cast<std::size_t>(b)]
+                        [static_cast<std::size_t>(k)];
+              };
+              const double whole = at(s, t, m);
+              const double parts = at(s, u, m) + time(u, v) + at(v, t, right);
+              if (whole < kInfinity) ++lemma_checked;
+              ASSERT_GE(whole * (1 + 1e-12) + 1e-12, parts)
+                  << "lemma, trial " << trial << " s " << s << " u " << u << " v " << v << " t "
+                  << t << " m " << m;
+            }
           }
         }
       }
@@ -337,6 +363,66 @@ TEST(ProfilePlannerReference, BandBoundsAreLowerBounds) {
   }
   EXPECT_GT(heavy_checked, 40);
   EXPECT_GT(long_checked, 40);
+  EXPECT_GT(lemma_checked, 100000);
+}
+
+// Chains shaped like the benchmark's (bench/make_chain_profile.py): blocks of a normalization, a
+// projection three times as wide, an attention-like mixer, a projection, a 4x hidden layer and its
+// activation and a down projection, with noise, the width halving or doubling between stages;
+// forward times follow each kind's intensity.
+ChainProfile block_profile(std::mt19937_64& rng, std::int64_t n) {
+  constexpr double kRelative[] = {1.0, 3.0, 1.0, 1.0, 4.0, 4.0, 1.0};
+  constexpr double kIntensity[] = {0.004, 0.020, 0.060, 0.025, 0.030, 0.003, 0.030};
+  std::uniform_real_distribution<double> noise(0.75, 1.3);
+  ChainProfile p;
+  double width = 64;
+  p.activation_bytes.push_back(4096 * 64);
+  p.forward_time.push_back(0.0);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto kind = static_cast<std::size_t>(i % 7);
+    if (kind == 0 && i > 0 && i % 42 == 0)
+      width = std::max(8.0, width * (rng() % 3 == 0 ? 2 : 0.5));
+    const double size = width * kRelative[kind] * noise(rng);
+    p.activation_bytes.push_back(4096 * std::max<std::int64_t>(1, static_cast<std::int64_t>(size)));
+    p.forward_time.push_back(kIntensity[kind] * size * noise(rng));
+  }
+  return p;
+}
+
+// At budgets of a few activations, optimal first-pass segments are long: the bounds of (b) alone
+// stay far under the optimum and the band widens towards the full table, while the splitting
+// lemma certifies narrower bands. Both give the full program's plan.
+TEST(ProfilePlannerReference, TheSplittingLemmaCertifiesNarrowerBands) {
+  std::mt19937_64 rng(5017);
+  int fewer = 0, more = 0;
+  for (int trial = 0; trial < 4; ++trial) {
+    const std::int64_t n = 180 + 30 * trial;
+    const ChainProfile p = block_profile(rng, n);
+    const std::int64_t total = total_bytes(p);
+    for (const double fraction : {0.03, 0.04}) {
+      const auto budget = static_cast<std::int64_t>(static_cast<double>(total) * fraction);
+      const std::string where = "trial " + std::to_string(trial) + " n " + std::to_string(n) +
+                                " fraction " + std::to_string(fraction);
+      std::int64_t bands[2] = {0, 0};
+      for (const bool lemma : {false, true}) {
+        detail::BandTuning tuning;
+        tuning.split_lemma = lemma;
+        tuning.small_work = 0;
+        tuning.threads = 2;
+        const auto tuned = [&](const ChainProfile& q, std::int64_t b, std::int64_t k,
+                               std::size_t cap, const ActionSink& sink) {
+          return detail::plan_profile_tuned(q, b, k, cap, tuning, sink);
+        };
+        Outcome band;
+        expect_same_as_full(tuned, p, budget, 120, where, band);
+        bands[lemma ? 1 : 0] = band.plan.bands;
+      }
+      fewer += bands[1] < bands[0] ? 1 : 0;
+      more += bands[1] > bands[0] ? 1 : 0;
+    }
+  }
+  EXPECT_GT(fewer, 0);
+  EXPECT_EQ(more, 0);
 }
 
 TEST(ProfilePlannerReference, SameOnTheUnitModel) {
@@ -368,7 +454,7 @@ TEST(ProfilePlannerReference, DensityCountsATwoLayerChainByHand) {
 }
 
 TEST(ProfilePlannerReference, DensityCountsAreOrdered) {
-  std::mt19937_64 rng(5016);
+  std::mt19937_64 rng(5017);
   int with_minimizers = 0;
   for (int trial = 0; trial < 60; ++trial) {
     const std::int64_t n = 2 + trial % 12;
