@@ -33,12 +33,12 @@
 //   (b) R(s, t, m) >= 2 T(s+1..t-1) - K(s, t, m - w_s), K the 0/1 knapsack of the times of
 //       layers s+1..t-1 within m - w_s units (the left part runs twice; the right part's once-run
 //       layers and a_j fit beside a_s).
-//   (c) the splitting lemma: R(s, t, m) >= R(s, u, m) + T(u..v) + R(v, t, m - w_s + w_v) for
-//       s < u <= v < t. For u = v, by cases on the first split j (before u: the induction on
-//       (j, t) and split j of (s, u); at u: monotone in m; past u: the induction on (s, j) and
-//       split j of (u, t)); chained through u..v, the parts between priced by one run each. A
-//       segment too long or too heavy for the band thus costs at least a stored part of it plus
-//       the rest of the first pass from v with w_v - w_s more memory (fill_f, split_bound).
+//   (c) the splitting lemma: R(s, t, m) >= R(s, u, m) + tau_u + R(u, t, m - w_s + w_u) for
+//       s < u < t, by induction on t - s, with cases on the first split j (before u: the
+//       induction on (j, t) and split j of (s, u); at u: monotone in m; past u: the induction
+//       on (s, j) and split j of (u, t)). A segment too long or too heavy for the band thus
+//       costs at least a stored part of it plus the rest of the first pass from u with
+//       w_u - w_s more memory (fill_f, split_bound).
 //       At tight budgets, where optimal first-pass segments are hundreds of layers long, (b)
 //       stays 20-25% under the optimum and the band grew to the full table; (c) certifies a
 //       band of 256 (1000 layers, 1% of the activation bytes, seeds 1 and 3).
@@ -46,15 +46,13 @@
 // arithmetic as the full program), and as lower bounds B_W and B_L over the derivations with at
 // least one too-heavy (W(s, t) > m + delta) and at least one too-long (t - s > L) first-pass
 // segment, bad segments priced by the better of (b) and (c), good ones exactly; (c) costs about
-// as much as the rest of the pass, so it is formed only once a band has widened or the
-// certificate fails without it. If B_W(0, C) and B_L(0, C) both
-// exceed G(0, C) by a relative 1e-9 (far above rounding), no bad derivation is optimal or tied,
-// so G(0, C) is the full program's value to the last bit and its first minimizers, hence the
-// plan, are the full program's too. Otherwise delta doubles if B_W failed, and L doubles if B_L
-// did (each by half once L reaches 256; a band without a schedule grows delta eightfold
-// unfilled, below); at
-// delta >= W(0, n + 1) and L = n every state is good: the full program, which small problems
-// (n^3 C / 6 <= 2e7) run at once.
+// half as much again as the rest of the pass, so it is formed only once a band has widened. If
+// B_W(0, C) and B_L(0, C) both exceed G(0, C) by a relative 1e-9 (far above rounding), no bad
+// derivation is optimal or tied, so G(0, C) is the full program's value to the last bit and its
+// first minimizers, hence the plan, are the full program's too. Otherwise delta doubles if B_W
+// failed, and L doubles if B_L did (each by half once L reaches 256; a band without a schedule
+// grows delta eightfold unfilled, below); at delta >= W(0, n + 1) and L = n every state is good:
+// the full program, which small problems (n^3 C / 6 <= 2e7) run at once.
 //
 // Time: the full program is O(n^3 C / 6). The band has at most n L segments of at most delta + 1
 // entries each, minimized over the splits that (a) leaves: O(n L^2 delta) at worst, far less in
@@ -127,7 +125,7 @@ constexpr double kMargin = 1e-9;
 // End points filled together (see solve()); 16 was fastest of 4 to 64 at 1000 layers.
 constexpr std::int64_t kTileEnds = 16;
 // From this longest segment on, a band that fails its certificate widens by half (see
-// plan_profile_tuned): at 1000 layers and 1-1.5% budgets, 0.6-0.65x the time of doubling.
+// plan_profile_tuned): at 1000 layers and 1-1.5% budgets, 0.61-0.98x the time of doubling.
 constexpr std::int64_t kLargeBandLength = 256;
 
 class BandProgram {
@@ -297,14 +295,14 @@ class BandProgram {
       return Verdict{beaten(bw(0)[static_cast<std::size_t>(capacity_)]),
                      beaten(bl(0)[static_cast<std::size_t>(capacity_)])};
     };
-    // The splitting lemma's bounds cost about as much as the rest of the F passes: unless the
-    // budget is known to be tight, they are formed only when the certificate fails without them.
-    if (!tight || !split_lemma_) {
+    // The splitting lemma's bounds cost about half as much again as the rest of the F passes,
+    // and they certify what (b) does not only where optimal first-pass segments are long: they
+    // are formed once the budget is known to be tight.
+    if (tight && split_lemma_) {
+      fill_f<true>();
+    } else {
       fill_f<false>();
-      const Verdict plain = verdict();
-      if ((plain.heavy_ok && plain.long_ok) || !split_lemma_) return plain;
     }
-    fill_f<true>();
     return verdict();
   }
 
@@ -676,14 +674,12 @@ class BandProgram {
     // Of derivations whose first segment is too long: their bounds by (b) (two, as above), and
     // by the splitting lemma (see split_bound).
     // Without the lemma they are wrow and lrow themselves (no rows to combine, as before (c)).
-    std::vector<double> long_w(kSplitLemma ? size : 0), long_l(long_w.size()), lemma(long_w.size()),
-        first_part(long_w.size());
+    std::vector<double> long_w(kSplitLemma ? size : 0), long_l(long_w.size()), lemma(long_w.size());
     Tail tail(n_ + 1, size);
     for (std::int64_t s = n_ - 1; s >= 0; --s) {
       std::fill(long_w.begin(), long_w.end(), kInf);
       std::fill(long_l.begin(), long_l.end(), kInf);
       std::fill(lemma.begin(), lemma.end(), -kInf);
-      std::fill(first_part.begin(), first_part.end(), -kInf);
       // Past this end point, segments from s are priced together (see below); they are all too
       // long, by tail_gap_ layers and by twice the band's longest segment.
       const std::int64_t tail_start = last(s) + 1 + std::max(tail_gap_, 2 * max_length_);
@@ -757,7 +753,7 @@ class BandProgram {
             const double rest = std::min({grest[m], wrest[m], lrest[m]});
             double heavy = rest + price, heavy_long = lrest[m] + price;
             if constexpr (kSplitLemma) {
-              // lemma[m]: the splitting lemma's bound over v < j, for the whole derivation
+              // lemma[m]: the splitting lemma's bound over u < j, for the whole derivation
               heavy = std::max(heavy, lemma[static_cast<std::size_t>(m)]);
               heavy_long = std::max(heavy_long, lemma[static_cast<std::size_t>(m)]);
             }
@@ -766,7 +762,7 @@ class BandProgram {
           }
         }
         if constexpr (kSplitLemma) {
-          if (!long_segment) split_bound(s, j, need, first_part.data(), lemma.data());
+          if (!long_segment) split_bound(s, j, need, lemma.data());
         }
         if (long_segment) {
           for (std::int64_t m = split; m <= capacity_; ++m) {
@@ -801,31 +797,23 @@ class BandProgram {
     }
   }
 
-  // The splitting lemma: R(s, t, m) >= R(s, u, m) + T(u..v) + R(v, t, m - w_s + w_v) for every
-  // s < u <= v < t. For u = v it follows by induction on t - s over the recurrence (the first
-  // split j before u, at u, or past it); chained through u..v it prices the parts between by one
-  // run each. So a derivation whose first segment (s, t) runs past the band costs at least
-  // R(s, u, m) + T(u..v) + F(v, m - w_s + w_v) for every stored u <= v: F(v, m - w_s + w_v) <=
-  // R(v, t, m - w_s + w_v) + F(t, m - w_s), the rest of that derivation. v is taken where
-  // m - w_s + w_v <= C (F is known only there), u anywhere before it. For v = this j, raises
-  // lemma[m] to the best such bound, first_part[m] holding the best R(s, u, m) - T(1..u-1).
-  void split_bound(std::int64_t s, std::int64_t v, std::int64_t need, double* first_part,
-                   double* lemma) const {
-    const std::int64_t ws = w(s), wv = w(v);
-    const std::int64_t row_lo = lo(s, v), row_top = top(s, v);
+  // The splitting lemma (c): a derivation whose first segment (s, t) runs past the band costs at
+  // least R(s, u, m) + tau_u + F(u, m - w_s + w_u) for every stored u, since F(u, m - w_s + w_u)
+  // <= R(u, t, m - w_s + w_u) + F(t, m - w_s), the rest of that derivation. u is taken where
+  // m - w_s + w_u <= C (F is known only there). Raises lemma[m] to that bound for this u.
+  void split_bound(std::int64_t s, std::int64_t u, std::int64_t need, double* lemma) const {
+    const std::int64_t ws = w(s), wu = w(u);
+    const std::int64_t row_lo = lo(s, u), row_top = top(s, u);
     if (row_lo > row_top) return;
-    const double* piece = r(s, v) - row_lo;
-    const double before = time_prefix_[static_cast<std::size_t>(v - 1)];
-    for (std::int64_t m = need; m <= capacity_; ++m) {
-      first_part[m] = std::max(first_part[m], piece[std::clamp(m, row_lo, row_top)] - before);
-    }
-    const double* grest = g(v) + wv - ws;
-    const double* wrest = bw(v) + wv - ws;
-    const double* lrest = bl(v) + wv - ws;
-    const double through = time_prefix_[static_cast<std::size_t>(v)];
-    const std::int64_t end = std::min(capacity_, capacity_ + ws - wv);
+    const double* piece = r(s, u) - row_lo;
+    const double* grest = g(u) + wu - ws;
+    const double* wrest = bw(u) + wu - ws;
+    const double* lrest = bl(u) + wu - ws;
+    const double tau = times_[static_cast<std::size_t>(u)];
+    const std::int64_t end = std::min(capacity_, capacity_ + ws - wu);
     for (std::int64_t m = need; m <= end; ++m) {
-      const double value = first_part[m] + through + std::min({grest[m], wrest[m], lrest[m]});
+      const double value =
+          piece[std::clamp(m, row_lo, row_top)] + tau + std::min({grest[m], wrest[m], lrest[m]});
       lemma[m] = std::max(lemma[m], value);
     }
   }
@@ -1006,7 +994,7 @@ ProfilePlan plan_profile_tuned(const ChainProfile& profile, std::int64_t budget_
   }
   std::int64_t bands = 0;
   // Whether a band has widened: then the budget is tight, and the certificate needs the
-  // splitting lemma more often than not.
+  // splitting lemma more often than not (see solve()).
   bool tight = false;
   // Every schedule holds a_0 with the largest output before the last (least_profile_budget), and
   // recomputing everything from a_0 needs no more; with none, no band is laid out.
