@@ -993,9 +993,11 @@ ProfilePlan plan_profile_tuned(const ChainProfile& profile, std::int64_t budget_
     max_length = profile.layers();
   }
   std::int64_t bands = 0;
-  // Whether a band has widened: then the budget is tight, and the certificate needs the
-  // splitting lemma more often than not (see solve()).
+  // Whether the budget is tight: a filled band failed, or bands held no schedule twice (at
+  // 1000 layers, budgets of 1-1.5% of the activation bytes; at 2-3%, once). The certificate
+  // then needs the splitting lemma more often than not (see solve()).
   bool tight = false;
+  int unfilled = 0;
   // Every schedule holds a_0 with the largest output before the last (least_profile_budget), and
   // recomputing everything from a_0 needs no more; with none, no band is laid out.
   bool any_schedule = program.least_units() <= program.capacity();
@@ -1010,7 +1012,7 @@ ProfilePlan plan_profile_tuned(const ChainProfile& profile, std::int64_t budget_
         throw std::logic_error("profile planner: the full program holds no schedule");
       }
       delta = delta > full / 8 ? full : 8 * delta;
-      tight = true;
+      tight = tight || ++unfilled >= 2;
       max_length = std::min(2 * max_length, profile.layers());
       continue;
     }

@@ -279,8 +279,9 @@ TEST(ProfilePlannerReference, BandBoundsAreLowerBounds) {
         }
       }
     }
-    // The splitting lemma (c) on every state: R(s, t, m) >= R(s, u, m) + T(u..v) +
-    // R(v, t, m - w_s + w_v), s < u <= v < t (on every fourth table: O(n^4 C) each).
+    // The splitting lemma (c) on every state, in its chained form (u = v is (c) itself):
+    // R(s, t, m) >= R(s, u, m) + T(u..v) + R(v, t, m - w_s + w_v), s < u <= v < t (on every
+    // fourth table: O(n^4 C) each).
     for (std::int64_t s = 0; trial % 4 == 0 && s < n; ++s) {
       for (std::int64_t t = s + 2; t <= n; ++t) {
         for (std::int64_t u = s + 1; u < t; ++u) {
