@@ -259,6 +259,8 @@ def test_pareto_stops_at_its_time_limit_and_on_ctrl_c():
         rng = np.random.default_rng(8)
         memory = rng.integers(1, 100000, 1000).astype(float)
         runtime = rng.integers(1, 100000, 1000).astype(float)
+        # A shell's background job starts with SIGINT ignored, and Python then keeps it so.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
         start = time.perf_counter()
         try:
