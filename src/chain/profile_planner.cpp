@@ -60,7 +60,7 @@
 // within a few times the largest pair of adjacent sizes; then the band widens, up to the full
 // program). Each band also takes the F passes and their knapsacks (see below). Memory: the band's
 // rows and offsets, its rows' samples (one in B = skip_block), 3 n (C + 1) doubles for F and
-// 10 (C + 1) of scratch rows, accounted before the allocation. Segments are filled in tiles of
+// 9 (C + 1) of scratch rows, accounted before the allocation. Segments are filled in tiles of
 // kTileEnds end points; within a tile by start point downwards, then end point upwards, so both
 // parts of a segment are filled before it and each start point's left parts are read once per tile
 // rather than once per end point (the fill is bound by memory traffic). The plan is rebuilt by
@@ -220,7 +220,7 @@ class BandProgram {
     return entries * sizeof(double) + (pairs + 1) * sizeof(std::size_t) +
            pairs * 2 * sizeof(Least) + (static_cast<std::size_t>(n_) + 2) * sizeof(std::size_t) +
            pairs * static_cast<std::size_t>(sample_count()) * sizeof(double) +
-           (3 * static_cast<std::size_t>(n_) + 10) * row_size() * sizeof(double);
+           (3 * static_cast<std::size_t>(n_) + 9) * row_size() * sizeof(double);
   }
 
   // Whether the band laid out last holds a schedule (G(0, C) finite), found without filling it.
@@ -384,6 +384,10 @@ class BandProgram {
   bool good(std::int64_t s, std::int64_t t, std::int64_t m) const {
     return t <= last(s) && total(s, t) - delta_ <= m;
   }
+  // Index of (s, t) among the pairs laid out by end point (end_base_).
+  std::size_t end_index(std::int64_t s, std::int64_t t) const {
+    return end_base_[static_cast<std::size_t>(t)] + static_cast<std::size_t>(t - 1 - s);
+  }
   std::size_t pair_index(std::int64_t s, std::int64_t t) const {
     return pair_base_[static_cast<std::size_t>(s)] + static_cast<std::size_t>(t - s - 1);
   }
@@ -510,8 +514,7 @@ class BandProgram {
     const std::int64_t ws = w(s);
     // The least values of the parts (s, j) and (j, t), j = s + 1, s + 2, ...
     const Least* left_least = least_by_start_.data() + pair_index(s, s + 1);
-    const Least* right_least =
-        least_by_end_.data() + end_base_[static_cast<std::size_t>(t)] + (t - 2 - s);
+    const Least* right_least = least_by_end_.data() + end_index(s + 1, t);
     std::int64_t need = ws;
     for (std::int64_t j = s + 1; j < t; ++j) {
       need = std::max(need, ws + w(j));
@@ -561,8 +564,7 @@ class BandProgram {
       }
     }
     least_by_start_[pair_index(s, t)] = least;
-    const std::size_t by_end =
-        end_base_[static_cast<std::size_t>(t)] + static_cast<std::size_t>(t - 1 - s);
+    const std::size_t by_end = end_index(s, t);
     least_by_end_[by_end] = least;
     if (row_lo <= row_top) {
       const double* row = r(s, t) - row_lo;
@@ -609,9 +611,7 @@ class BandProgram {
     const std::int64_t both_end = std::min({end, left_end, right_end});
     std::int64_t m = first;
     if (m < both_end) {
-      const double* samples = samples_.data() + (end_base_[static_cast<std::size_t>(t)] +
-                                                 static_cast<std::size_t>(t - 1 - j)) *
-                                                    sample_count();
+      const double* samples = samples_.data() + end_index(j, t) * sample_count();
       lower_blocks(row, samples, right, left, cost, ws, m, both_end);
       m = both_end;
     }
@@ -631,9 +631,10 @@ class BandProgram {
   }
 
   // lower_to_sums over [from, to) block by block, skipping a block where the sum at its last m
-  // is no lower than the row at its first: the row and both parts only fall with m (the row
-  // is the least of the splits so far, each falling), and rounded sums are monotone, so no
-  // entry of that block would change. At tight budgets most blocks are skipped.
+  // (the right part read from its sample there, or past it for a block cut short) is no lower
+  // than the row at its first: the row and both parts only fall with m (the row is the least of
+  // the splits so far, each falling), and rounded sums are monotone, so no entry of that block
+  // would change. At tight budgets most blocks are skipped.
   void lower_blocks(double* row, const double* samples, const double* right, const double* left,
                     double cost, std::int64_t ws, std::int64_t from, std::int64_t to) const {
     for (std::int64_t first = from; first < to;) {
@@ -672,8 +673,8 @@ class BandProgram {
     const bool any_bad = delta_ < full_delta() || max_length_ < n_;
     std::vector<double> knap(size), next(size);
     // Of derivations whose first segment is too long: their bounds by (b) (two, as above), and
-    // by the splitting lemma (see split_bound).
-    // Without the lemma they are wrow and lrow themselves (no rows to combine, as before (c)).
+    // by the splitting lemma (see split_bound). Without the lemma, wrow and lrow take the (b)
+    // bounds directly: nothing to combine.
     std::vector<double> long_w(kSplitLemma ? size : 0), long_l(long_w.size()), lemma(long_w.size());
     Tail tail(n_ + 1, size);
     for (std::int64_t s = n_ - 1; s >= 0; --s) {
