@@ -282,6 +282,10 @@ TEST(ProfilePlannerReference, BandBoundsAreLowerBounds) {
     // The splitting lemma (c) on every state, in its chained form (u = v is (c) itself):
     // R(s, t, m) >= R(s, u, m) + T(u..v) + R(v, t, m - w_s + w_v), s < u <= v < t (on every
     // fourth table: O(n^4 C) each).
+    const auto at = [&](std::int64_t a, std::int64_t b, std::int64_t k) {
+      return r[static_cast<std::size_t>(a)][static_cast<std::size_t>(b)]
+              [static_cast<std::size_t>(k)];
+    };
     for (std::int64_t s = 0; trial % 4 == 0 && s < n; ++s) {
       for (std::int64_t t = s + 2; t <= n; ++t) {
         for (std::int64_t u = s + 1; u < t; ++u) {
@@ -289,10 +293,6 @@ TEST(ProfilePlannerReference, BandBoundsAreLowerBounds) {
             for (std::int64_t m = 0; m <= capacity; ++m) {
               const std::int64_t right = m - w[s] + w[v];
               if (right < 0 || right > capacity) continue;
-              const auto at = [&](std::int64_t a, std::int64_t b, std::int64_t k) {
-                return r[static_cast<std::size_t>(a)][static_cast<std::size_t>(b)]
-                        [static_cast<std::size_t>(k)];
-              };
               const double whole = at(s, t, m);
               const double parts = at(s, u, m) + time(u, v) + at(v, t, right);
               if (whole < kInfinity) ++lemma_checked;
