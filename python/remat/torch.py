@@ -81,12 +81,23 @@ class _torch_dispatch_enabled:
 @contextlib.contextmanager
 def _outside_tracing() -> Iterator[None]:
     """Real tensors for a collective called from inside the partitioner (fake tensor mode and
-    dispatch modes are active there)."""
+    dispatch modes are active there), and no Python dispatcher: under it a gloo collective is
+    queued with the GIL held, while gloo's worker thread, freeing the previous collective's
+    tensors, holds the queue's lock and waits for the GIL. That deadlock hung two ranks compiling
+    under DDP (gdb: ProcessGroupGloo::enqueue against ~AsyncAllgatherWork in take_gil); it takes
+    a few all_gather_object calls under torch._C._EnablePythonDispatcher() to reproduce."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     from torch.utils._python_dispatch import _disable_current_modes
 
-    with unset_fake_temporarily(), _disable_current_modes():
+    with unset_fake_temporarily(), _disable_current_modes(), torch._C._DisablePythonDispatcher():
         yield
+
+
+def _runtimes_agree_by_construction() -> bool:
+    """Whether torch's configured estimator gives every rank the same runtimes for the same graph
+    ("flops" counts them from the shapes; "testing" is 1): then no collective is needed to agree
+    on them, and the partitioner makes one (the plan's check) rather than two."""
+    return functorch_config.activation_memory_budget_runtime_estimator in ("flops", "testing")
 
 
 def node_runtimes(nodes: list[Any]) -> list[float]:
@@ -144,10 +155,10 @@ class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
     ) -> tuple[list[int], list[int]]:
         nodes = all_recomputable_banned_nodes
         runtimes = node_runtimes(nodes)
-        if _distributed.active():
-            # torch's default estimator counts flops, the same on every rank; a measuring one
-            # ("profile") is not. Every rank solves with the median runtimes, and the plans are
-            # checked equal: under FSDP a different plan is a different set of collectives.
+        if _distributed.active() and not _runtimes_agree_by_construction():
+            # A measuring estimator ("profile", or a custom one) differs between ranks: every rank
+            # solves with the median runtimes. The plans are checked equal below either way:
+            # under FSDP a different plan is a different set of collectives.
             with _outside_tracing():
                 gathered = _distributed.all_gather(runtimes, "torch.compile's knapsack runtimes")
             if len({len(r) for r in gathered}) == 1:

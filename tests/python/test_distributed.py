@@ -92,6 +92,21 @@ def _stacks(out: pathlib.Path, rank: int) -> str:
     return f"rank {rank}:\n{text}"
 
 
+def _innermost(stacks: str, frames: int = 8) -> str:
+    """Each rank's threads cut to their innermost `frames` frames: CI keeps the head and the tail
+    of a failure's text, and a full dump of two ranks loses the frames that say where each waits."""
+    kept, depth = [], 0
+    for line in stacks.splitlines():
+        if line.startswith(("rank ", "Current thread", "Thread ")):
+            kept.append(line)
+            depth = 0
+        elif line.startswith("  File "):
+            depth += 1
+            if depth <= frames:
+                kept.append(line)
+    return "\n".join(kept)
+
+
 def _run_once(worker, world: int, out: pathlib.Path, args: tuple, seconds: float) -> str | None:
     """None when every rank finished; else each rank's stacks at the deadline (the ranks are then
     killed)."""
@@ -115,20 +130,24 @@ def _run_once(worker, world: int, out: pathlib.Path, args: tuple, seconds: float
 
 def _spawn(worker, world: int, tmp_path: pathlib.Path, *args, seconds: float = 300) -> list[dict]:
     """Runs `worker` on `world` ranks and returns what each rank wrote. A run that outlives
-    `seconds` is run once more, from a fresh store, with a warning that carries its stacks: CI
-    saw one such hang in many runs (two ranks compiling under DDP, 2 busy cores) and a rerun
-    tells a rare stall in torch or gloo from a hang of our own, which fails both times."""
+    `seconds` is run once more, from a fresh store, with a warning that carries its stacks, so
+    that a rare stall shows where it waits (the one CI saw in two ranks compiling under DDP was
+    a deadlock of gloo's worker thread and the GIL, fixed in remat.torch._outside_tracing)."""
     hung = []
     for attempt in range(2):
         out = tmp_path / f"attempt{attempt}"
         stacks = _run_once(worker, world, out, args, seconds)
         if stacks is None:
             if hung:
-                warnings.warn(f"{worker.__name__} hung once and then passed; stacks:\n{hung[0]}")
+                warnings.warn(
+                    f"{worker.__name__} hung once and then passed; innermost frames:\n"
+                    f"{_innermost(hung[0])}\nwhole stacks:\n{hung[0]}"
+                )
             return _read(out, world)
         hung.append(stacks)
     pytest.fail(
-        f"{worker.__name__} on {world} ranks did not finish in {seconds:g} s, twice:\n{hung[0]}\n{hung[1]}"
+        f"{worker.__name__} on {world} ranks did not finish in {seconds:g} s, twice; innermost "
+        f"frames:\n{_innermost(hung[0])}\n{_innermost(hung[1])}\nwhole stacks:\n{hung[0]}\n{hung[1]}"
     )
 
 
@@ -590,10 +609,34 @@ def test_pipeline_stages_fit_their_budget_over_microbatches_in_flight(tmp_path):
 # --- torch.compile ------------------------------------------------------------------------------
 
 
-def _compile_worker(rank, world, store, out):
+def _counting_agreements() -> list[str]:
+    """What this rank agrees on with the others from now on, one entry per collective."""
+    from remat.eager import distributed
+
+    agreed, gather = [], distributed.all_gather
+
+    def counting(value, what, group=None):
+        agreed.append(what)
+        return gather(value, what, group)
+
+    distributed.all_gather = counting
+    return agreed
+
+
+def _compile_worker(rank, world, store, out, estimator):
     import torch._functorch.config as functorch_config
+    from torch._inductor.custom_graph_pass import CustomRuntimeEstimator
 
     import remat.torch as rt
+
+    class RankRuntimes(CustomRuntimeEstimator):
+        """A measuring estimator as two ranks would see it: rank r measures 1 + 2 r."""
+
+        def __call__(self, node):
+            return 1.0 + 2.0 * dist.get_rank()
+
+        def uuid(self):
+            return None
 
     _init(rank, world, store)
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -601,16 +644,59 @@ def _compile_worker(rank, world, store, out):
     model = DDP(Net(depth=3))
     x = torch.randn(8, 32) + rank
     torch._dynamo.reset()
-    with rt.use() as solver, functorch_config.patch(activation_memory_budget=0.4):
+    agreed = _counting_agreements()
+    runtime_estimator = RankRuntimes() if estimator == "measuring" else estimator
+    with (
+        rt.use() as solver,
+        functorch_config.patch(
+            activation_memory_budget=0.4,
+            activation_memory_budget_runtime_estimator=runtime_estimator,
+        ),
+    ):
         compiled = torch.compile(model, backend="aot_eager")
         compiled(x).pow(2).mean().backward()
-    _write(out, rank, {"saved": list(solver.last_result.saved)})
+    payload = {"saved": list(solver.last_result.saved), "runtimes": solver.last_runtimes}
+    _write(out, rank, {**payload, "agreed": agreed})
     _finish()
 
 
 def test_use_under_ddp_gives_every_rank_the_same_plan(tmp_path):
-    results = _spawn(_compile_worker, 2, tmp_path)
+    """With torch's default estimator (flops, the same on every rank) the partitioner makes one
+    collective, the plan's check; a measuring one makes every rank solve with the medians."""
+    results = _spawn(_compile_worker, 2, tmp_path, "flops")
     assert results[0]["saved"] == results[1]["saved"]
+    for r in results:
+        assert r["agreed"] == ["the torch.compile knapsack plan's checksum"]
+    results = _spawn(_compile_worker, 2, tmp_path / "measuring", "measuring")
+    assert results[0]["saved"] == results[1]["saved"]
+    for r in results:
+        assert r["runtimes"] == [2.0] * len(r["runtimes"]) and r["runtimes"]
+        assert r["agreed"] == [
+            "torch.compile's knapsack runtimes",
+            "the torch.compile knapsack plan's checksum",
+        ]
+
+
+def _dispatcher_worker(rank, world, store, out, calls):
+    import remat.torch as rt
+    from remat.eager import distributed
+
+    _init(rank, world, store)
+    with torch._C._EnablePythonDispatcher():  # as in torch.compile's partitioner
+        for call in range(calls):
+            with rt._outside_tracing():
+                distributed.verify_same_plan([(call,)], what="plan")
+    _write(out, rank, {"calls": calls})
+    _finish()
+
+
+def test_agreements_inside_the_partitioner_never_deadlock_gloo(tmp_path):
+    """Under the Python dispatcher a gloo collective was queued with the GIL held while gloo's
+    worker thread, freeing the last collective's tensors, held the queue's lock and waited for
+    the GIL: ranks compiling under DDP hung (CI, twice in a row). Without the Python dispatcher
+    disabled around them, these calls deadlock within the first few."""
+    results = _spawn(_dispatcher_worker, 2, tmp_path, 300, seconds=60)
+    assert [r["calls"] for r in results] == [300, 300]
 
 
 def _compile_bytes_worker(rank, world, store, out):
