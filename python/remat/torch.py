@@ -93,13 +93,6 @@ def _outside_tracing() -> Iterator[None]:
         yield
 
 
-def _runtimes_agree_by_construction() -> bool:
-    """Whether torch's configured estimator gives every rank the same runtimes for the same graph
-    ("flops" counts them from the shapes; "testing" is 1): then no collective is needed to agree
-    on them, and the partitioner makes one (the plan's check) rather than two."""
-    return functorch_config.activation_memory_budget_runtime_estimator in ("flops", "testing")
-
-
 def node_runtimes(nodes: list[Any]) -> list[float]:
     """Runtimes of candidate nodes exactly as torch's partitioner estimates them (its own
     estimate_runtime, under the configured activation_memory_budget_runtime_estimator)."""
@@ -155,10 +148,11 @@ class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
     ) -> tuple[list[int], list[int]]:
         nodes = all_recomputable_banned_nodes
         runtimes = node_runtimes(nodes)
-        if _distributed.active() and not _runtimes_agree_by_construction():
-            # A measuring estimator ("profile", or a custom one) differs between ranks: every rank
-            # solves with the median runtimes. The plans are checked equal below either way:
-            # under FSDP a different plan is a different set of collectives.
+        if _distributed.active():
+            # torch's default estimator counts flops, the same on every rank for the same shapes;
+            # a measuring one ("profile", a custom one) is not, and with dynamic shapes each rank
+            # counts at its own sizes. Every rank solves with the median runtimes, and the plans
+            # are checked equal: under FSDP a different plan is a different set of collectives.
             with _outside_tracing():
                 gathered = _distributed.all_gather(runtimes, "torch.compile's knapsack runtimes")
             if len({len(r) for r in gathered}) == 1:
