@@ -81,15 +81,12 @@ class _torch_dispatch_enabled:
 @contextlib.contextmanager
 def _outside_tracing() -> Iterator[None]:
     """Real tensors for a collective called from inside the partitioner (fake tensor mode and
-    dispatch modes are active there), and no Python dispatcher: under it a gloo collective is
-    queued with the GIL held, while gloo's worker thread, freeing the previous collective's
-    tensors, holds the queue's lock and waits for the GIL. That deadlock hung two ranks compiling
-    under DDP (gdb: ProcessGroupGloo::enqueue against ~AsyncAllgatherWork in take_gil); it takes
-    a few all_gather_object calls under torch._C._EnablePythonDispatcher() to reproduce."""
+    dispatch modes are active there; the Python dispatcher is too, which the collectives turn off
+    themselves: remat.eager.distributed)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     from torch.utils._python_dispatch import _disable_current_modes
 
-    with unset_fake_temporarily(), _disable_current_modes(), torch._C._DisablePythonDispatcher():
+    with unset_fake_temporarily(), _disable_current_modes():
         yield
 
 

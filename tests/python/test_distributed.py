@@ -132,7 +132,7 @@ def _spawn(worker, world: int, tmp_path: pathlib.Path, *args, seconds: float = 3
     """Runs `worker` on `world` ranks and returns what each rank wrote. A run that outlives
     `seconds` is run once more, from a fresh store, with a warning that carries its stacks, so
     that a rare stall shows where it waits (the one CI saw in two ranks compiling under DDP was
-    a deadlock of gloo's worker thread and the GIL, fixed in remat.torch._outside_tracing)."""
+    a deadlock of gloo's worker thread and the GIL, fixed in remat.eager.distributed)."""
     hung = []
     for attempt in range(2):
         out = tmp_path / f"attempt{attempt}"
@@ -676,23 +676,23 @@ def test_use_under_ddp_gives_every_rank_the_same_plan(tmp_path, estimator):
 
 
 def _dispatcher_worker(rank, world, store, out, calls):
-    import remat.torch as rt
     from remat.eager import distributed
 
     _init(rank, world, store)
     with torch._C._EnablePythonDispatcher():  # as in torch.compile's partitioner
         for call in range(calls):
-            with rt._outside_tracing():
-                distributed.verify_same_plan([(call,)], what="plan")
+            distributed.verify_same_plan([(call,)], what="plan")
+            distributed.step_inputs(call, True)
     _write(out, rank, {"calls": calls})
     _finish()
 
 
-def test_agreements_inside_the_partitioner_never_deadlock_gloo(tmp_path):
-    """Under the Python dispatcher a gloo collective was queued with the GIL held while gloo's
-    worker thread, freeing the last collective's tensors, held the queue's lock and waited for
-    the GIL: ranks compiling under DDP hung (CI, twice in a row). Without the Python dispatcher
-    disabled around them, these calls deadlock within the first few."""
+def test_agreements_under_the_python_dispatcher_never_deadlock_gloo(tmp_path):
+    """Under the Python dispatcher (torch.compile's partitioner, which calls remat) a gloo
+    collective was queued with the GIL held while gloo's worker thread, freeing the last
+    collective's tensors, held the queue's lock and waited for the GIL: ranks compiling under DDP
+    hung (CI, twice in a row). Without the dispatcher turned off around them, these calls
+    deadlock within the first few."""
     results = _spawn(_dispatcher_worker, 2, tmp_path, 300, seconds=60)
     assert [r["calls"] for r in results] == [300, 300]
 

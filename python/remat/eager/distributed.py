@@ -80,6 +80,17 @@ def _group(group: PlanGroup) -> Any:
     return _groups[key]
 
 
+def _queued_without_the_gil() -> Any:
+    """No Python dispatcher around a collective (torch.compile's partitioner runs under it, and
+    calls remat there): under it gloo's work is queued with the GIL held, while gloo's worker
+    thread, freeing the previous collective's tensors, holds the queue's lock and waits for the
+    GIL. Two ranks compiling under DDP deadlocked so (gdb: ProcessGroupGloo::enqueue against
+    ~AsyncAllgatherWork in take_gil); a few all_gather_object calls under the dispatcher do."""
+    import torch
+
+    return torch._C._DisablePythonDispatcher()
+
+
 def all_gather(value: Any, what: str, group: PlanGroup = None) -> list[Any]:
     """`value` from every rank of the plan group, in rank order; a timeout becomes an error that
     says what was being agreed on."""
@@ -88,7 +99,8 @@ def all_gather(value: Any, what: str, group: PlanGroup = None) -> list[Any]:
     try:
         gloo = _group(group)
         gathered: list[Any] = [None] * dist.get_world_size(gloo)
-        dist.all_gather_object(gathered, value, group=gloo)
+        with _queued_without_the_gil():
+            dist.all_gather_object(gathered, value, group=gloo)
     except RuntimeError as error:
         raise RuntimeError(
             f"remat: rank {dist.get_rank()} timed out or failed agreeing on {what} with the "
@@ -108,7 +120,8 @@ def step_inputs(inputs: int, known: bool, group: PlanGroup = None) -> tuple[tupl
     try:
         gloo = _group(group)
         gathered = [torch.empty_like(mine) for _ in range(dist.get_world_size(gloo))]
-        dist.all_gather(gathered, mine, group=gloo)
+        with _queued_without_the_gil():
+            dist.all_gather(gathered, mine, group=gloo)
     except RuntimeError as error:
         raise RuntimeError(
             f"remat: rank {dist.get_rank()} timed out or failed agreeing on the step's inputs "
