@@ -995,7 +995,7 @@ ProfilePlan plan_profile_tuned(const ChainProfile& profile, std::int64_t budget_
   }
   std::int64_t bands = 0;
   // Whether the budget is tight: a filled band failed, or bands held no schedule twice (at
-  // 1000 layers, budgets of 1-1.5% of the activation bytes; at 2-3%, once). The certificate
+  // 1000 layers, budgets of 1% of the activation bytes; at 1.5-2.5%, once). The certificate
   // then needs the splitting lemma more often than not (see solve()).
   bool tight = false;
   int unfilled = 0;

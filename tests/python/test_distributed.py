@@ -655,8 +655,8 @@ def _compile_worker(rank, world, store, out, estimator):
     ):
         compiled = torch.compile(model, backend="aot_eager")
         compiled(x).pow(2).mean().backward()
-    payload = {"saved": list(solver.last_result.saved), "runtimes": solver.last_runtimes}
-    _write(out, rank, {**payload, "agreed": agreed})
+    saved = list(solver.last_result.saved)
+    _write(out, rank, {"saved": saved, "runtimes": solver.last_runtimes, "agreed": agreed})
     _finish()
 
 
