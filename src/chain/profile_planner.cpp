@@ -19,10 +19,11 @@
 // reproduces the unit model's optimum (tested).
 //
 // The band. Let W(s, t) = w_s + ... + w_{t-1}, what the segment needs to keep everything. Call
-// (s, t, m) good when W(s, t) <= m + delta and t - s <= L. Both children of a good state are
-// good (the left one keeps m and is shorter, the right one is shorter and loses w_s of m and at
-// least w_s of W), so R is computed exactly on the good states alone: rows of at most delta + 1
-// entries, for the segments no longer than L with W(s, t) <= C + delta. Conversely every
+// (s, t, m) good when W(s, t) <= m + delta and t <= cap(s), for end caps that do not fall with s
+// (at first cap(s) = s + L for all s). Both children of a good state are good (the left one keeps
+// m and is shorter, the right one (j, t) has t <= cap(s) <= cap(j), loses w_s of m and at least
+// w_s of W), so R is computed exactly on the good states alone: rows of at most delta + 1
+// entries, for the segments within the caps with W(s, t) <= C + delta. Conversely every
 // ancestor of a bad state is bad, so a derivation that uses a bad state uses a bad first-pass
 // segment. Two facts, both by induction on the recurrence, bound the recurrence from below:
 //   (a) the value of R(s, t, m) through split j is at least T(s+1..t-1) + T(s+1..j-1) (every
@@ -44,27 +45,38 @@
 //       band of 256 (1000 layers, 1% of the activation bytes, seeds 1 and 3).
 // F is computed three times in one pass: on good segments only (G, the candidate, with the same
 // arithmetic as the full program), and as lower bounds B_W and B_L over the derivations with at
-// least one too-heavy (W(s, t) > m + delta) and at least one too-long (t - s > L) first-pass
+// least one too-heavy (W(s, t) > m + delta) and at least one too-long (t > cap(s)) first-pass
 // segment, bad segments priced by the better of (b) and (c), good ones exactly; (c) costs about
 // half as much again as the rest of the pass, so it is formed only once a band has widened. If
 // B_W(0, C) and B_L(0, C) both exceed G(0, C) by a relative 1e-9 (far above rounding), no bad
 // derivation is optimal or tied, so G(0, C) is the full program's value to the last bit and its
-// first minimizers, hence the plan, are the full program's too. Otherwise delta doubles if B_W
-// failed, and L doubles if B_L did (each by half once L reaches 256; a band without a schedule
-// grows delta eightfold unfilled, below); at delta >= W(0, n + 1) and L = n every state is good:
-// the full program, which small problems (n^3 C / 6 <= 2e7) run at once.
+// first minimizers, hence the plan, are the full program's too. Otherwise delta becomes full
+// (W(0, n + 1)) if B_W failed, and caps grow if B_L did: only at the start points where it failed
+// (below), the segments from them twice as long (by half from 256 layers). With delta full and
+// every cap at n every state is good: the full program, which small problems (n^3 C / 6 <= 2e7)
+// run at once.
+//
+// Where B_L fails. A derivation with a too long segment reaches its first one, at (s, m), by good
+// segments (if B_W held, a too heavy one is ruled out already), so B_L(0, C) is the least over
+// (s, m) of P(s, m), the least cost of a good first pass from (0, C) to (s, m) (a forward pass
+// over the band's rows), plus the bound of a derivation from (s, m) whose first segment is too
+// long (kept from fill_f). Only the s where that sum does not beat G(0, C) need longer segments
+// (localized). At tight budgets the bound by (c) stays a few percent under the optimum, which
+// the prefix P makes up for all but the start points near the chain's start: at 1000 layers and
+// 1-1.5% budgets, 2 to 165 of 1000, where growing every start point's segments filled
+// up to twice the rows and took up to three bands more.
 //
 // Time: the full program is O(n^3 C / 6). The band has at most n L segments of at most delta + 1
 // entries each, minimized over the splits that (a) leaves: O(n L^2 delta) at worst, far less in
 // practice (the first band, delta = C / 4 + max w and L = 64, is enough unless the budget is
 // within a few times the largest pair of adjacent sizes; then the band widens, up to the full
 // program). Each band also takes the F passes and their knapsacks (see below). Memory: the band's
-// rows and offsets, its rows' samples (one in B = skip_block), 3 n (C + 1) doubles for F and
-// 9 (C + 1) of scratch rows, accounted before the allocation. Segments are filled in tiles of
-// kTileEnds end points; within a tile by start point downwards, then end point upwards, so both
-// parts of a segment are filled before it and each start point's left parts are read once per tile
-// rather than once per end point (the fill is bound by memory traffic). The plan is rebuilt by
-// re-evaluating the minimizations, never stored.
+// rows and offsets, its rows' samples (one in B = skip_block), 5 n (C + 1) doubles for F, the
+// too long bounds and P, and 10 (C + 1) of scratch rows, accounted before the allocation. Segments
+// are filled in tiles of kTileEnds end points; within a tile by start point downwards, then end
+// point upwards, so both parts of a segment are filled before it and each start point's left parts
+// are read once per tile rather than once per end point (the fill is bound by memory traffic). The
+// plan is rebuilt by re-evaluating the minimizations, never stored.
 //
 // Three things keep the widening cheap; none changes the objective or the plan:
 //   - A band that holds no schedule at all is never filled: the least m at which each stored
@@ -72,9 +84,12 @@
 //     integer steps, and G(0, C) is finite exactly when its least m is at most C. Such a band
 //     widens unfilled (a schedule of a wider band is a bad derivation here, so a filled one would
 //     widen too). No schedule at all is known at once: recomputing from a_0 needs least units.
-//   - A widened band copies the last band's rows (a stored R(s, t, m) does not depend on the band)
+//   - A widened band keeps the last band's rows (a stored R(s, t, m) does not depend on the band)
 //     and fills only below them; the split search finds the same ends as from scratch, since the
-//     copied part of a row is final and no higher than the rest.
+//     kept part of a row is final and no higher than the rest. Each start point's rows lie in a
+//     block of their own: one laid out alike (its caps and delta changed nothing there) is taken
+//     whole, others are copied into a fresh block. Growing at a few start points thus writes
+//     only their blocks (one large block copied per band took 0.9-1.5 s at 1000 layers).
 //   - In the F passes, first-pass segments from s longer than the band's by a gap (2 L, at least
 //     tail_gap layers) are priced all at once, as (b) loosened to hold for all of them: a segment
 //     to j' >= J costs at least max(T(s+1..J-1) - K_J + T(s+1..j'-1), 2 T(s+1..j'-1) - K_J - K')
@@ -124,9 +139,13 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kMargin = 1e-9;
 // End points filled together (see solve()); 16 was fastest of 4 to 64 at 1000 layers.
 constexpr std::int64_t kTileEnds = 16;
-// From this longest segment on, a band that fails its certificate widens by half (see
-// plan_profile_tuned): at 1000 layers and 1-1.5% budgets, 0.61-0.98x the time of doubling.
+// From this length on, the segments from a start point whose too long ones are not ruled out grow
+// by half, not double (plan_profile_tuned): at 1000 layers and a 1% budget (seed 2), doubling
+// from 256 to 512 fell short and the next step filled the whole table (11 s); 384, then 576 hold.
 constexpr std::int64_t kLargeBandLength = 256;
+// Rows of C + 1 doubles per start point beside the band: G, B_W, B_L, the bound of a derivation
+// whose first segment is too long (localized), and the cost of the first pass up to s (prefix).
+constexpr std::size_t kFRows = 5;
 
 class BandProgram {
  public:
@@ -167,20 +186,26 @@ class BandProgram {
   // From this up no segment is too heavy.
   std::int64_t full_delta() const { return std::max<std::int64_t>(weight_prefix_.back(), 1); }
 
-  // Lays out the band for `delta` and `max_length` and returns the bytes it needs; nothing of
-  // size beyond O(n) is allocated before solve().
-  std::size_t layout(std::int64_t delta, std::int64_t max_length) {
-    if (!values_.empty()) {
-      // The band filled last: its rows are exact, and solve() copies them into this one.
+  // Lays out the band for `delta` and the end caps (per start point s, the last end point a good
+  // segment from s may have; raised here to be at least s + 1 and not to fall with s) and returns
+  // the bytes it needs; nothing of size beyond O(n) is allocated before solve().
+  std::size_t layout(std::int64_t delta, const std::vector<std::int64_t>& caps) {
+    if (!chunks_.empty()) {
+      // The band filled last: its rows are exact, and solve() takes them into this one.
+      kept_.present = true;
       kept_.delta = delta_;
       kept_.last = std::move(last_);
       kept_.pair_base = std::move(pair_base_);
       kept_.row_offset = std::move(row_offset_);
-      kept_.values = std::move(values_);
-      values_ = Rows{};
+      kept_.chunks = std::move(chunks_);
+      chunks_.clear();
     }
     delta_ = delta;
-    max_length_ = std::max<std::int64_t>(1, max_length);
+    caps_ = caps;
+    for (std::int64_t s = 0; s < n_; ++s) {
+      std::int64_t& cap = caps_[static_cast<std::size_t>(s)];
+      cap = std::max(cap, s == 0 ? s + 1 : std::max(s + 1, caps_[static_cast<std::size_t>(s - 1)]));
+    }
     last_.assign(static_cast<std::size_t>(n_), 0);
     pair_base_.assign(static_cast<std::size_t>(n_) + 1, 0);
     std::size_t pairs = 0, entries = 0;
@@ -189,7 +214,7 @@ class BandProgram {
     for (std::int64_t s = 0; s < n_; ++s) {
       t = std::max(t, s + 1);
       while (t + 1 <= n_ && total(s, t + 1) <= capacity_ + delta_) ++t;
-      t = std::min(t, s + max_length_);
+      t = std::min(t, caps_[static_cast<std::size_t>(s)]);
       // (s, s+1) is kept even when bad everywhere: its row is then empty.
       last_[static_cast<std::size_t>(s)] = t;
       pair_base_[static_cast<std::size_t>(s)] = pairs;
@@ -213,14 +238,15 @@ class BandProgram {
     // With a budget of petabytes counted in single bytes the count would wrap past 2^64: it
     // saturates, and the cap refuses it.
     const double approximate_bytes =
-        (approximate_entries + 3 * static_cast<double>(n_ + 1) * static_cast<double>(row_size()) +
+        (approximate_entries +
+         kFRows * static_cast<double>(n_ + 1) * static_cast<double>(row_size()) +
          static_cast<double>(pairs) * static_cast<double>(sample_count())) *
         sizeof(double);
     if (approximate_bytes >= 0x1p63) return std::numeric_limits<std::size_t>::max();
     return entries * sizeof(double) + (pairs + 1) * sizeof(std::size_t) +
            pairs * 2 * sizeof(Least) + (static_cast<std::size_t>(n_) + 2) * sizeof(std::size_t) +
            pairs * static_cast<std::size_t>(sample_count()) * sizeof(double) +
-           (3 * static_cast<std::size_t>(n_) + 9) * row_size() * sizeof(double);
+           (kFRows * static_cast<std::size_t>(n_) + 10) * row_size() * sizeof(double);
   }
 
   // Whether the band laid out last holds a schedule (G(0, C) finite), found without filling it.
@@ -270,16 +296,19 @@ class BandProgram {
 
   // Fills the band and the F passes, and checks the certificate for both kinds of bad segment.
   Verdict solve(bool tight) {
+    // Each start point's rows lie together, in a block of their own (see prepare_rows).
     row_offset_.clear();
     row_offset_.reserve(pairs_ + 1);
-    std::size_t entries = 0;
+    chunk_entries_.assign(static_cast<std::size_t>(n_), 0);
     for (std::int64_t s = 0; s < n_; ++s) {
+      std::size_t entries = 0;
       for (std::int64_t u = s + 1; u <= last(s); ++u) {
         row_offset_.push_back(entries);
         entries += row_length(s, u);
       }
+      chunk_entries_[static_cast<std::size_t>(s)] = entries;
     }
-    row_offset_.push_back(entries);
+    row_offset_.push_back(0);
     prepare_rows();
     least_by_start_.assign(pairs_, Least{});
     least_by_end_.assign(pairs_, Least{});
@@ -306,9 +335,57 @@ class BandProgram {
     return verdict();
   }
 
+  // After a band whose B_L failed: the start points s where a too long segment is not yet ruled
+  // out, i.e. some m where a good first pass from (0, C) to (s, m) (its least cost P(s, m), found
+  // forwards over the band's rows) plus the bound of a derivation from (s, m) whose first segment
+  // is too long does not beat G(0, C). Empty when unknown (solved without the splitting lemma).
+  // If B_W held, every derivation with a too heavy segment is beaten, so every one not beaten
+  // with a too long segment reaches its first one by good segments: at one of these s. At tight
+  // budgets these are a few of the start points near the chain's start (where the rest of the
+  // chain is long and G(s, m) large), and only their segments need to grow (a few tens of 1000).
+  std::vector<bool> localized() const {
+    if (long_first_.empty()) return {};
+    const std::size_t size = row_size();
+    const double good = g(0)[static_cast<std::size_t>(capacity_)];
+    // The certificate's test loosened (sums here add in another order): bad values up to this
+    // count as not beaten; more start points found is never wrong, only more work.
+    const double beaten_above = (good * (1 + 2 * kMargin) + 4 * slack()) / (1 - 2 * kMargin);
+    std::vector<double> prefix(static_cast<std::size_t>(n_) * size, kInf);
+    std::vector<bool> found(static_cast<std::size_t>(n_), false);
+    prefix[static_cast<std::size_t>(capacity_)] = 0;
+    for (std::int64_t s = 0; s < n_; ++s) {
+      const double* here = prefix.data() + static_cast<std::size_t>(s) * size;
+      const double* first = long_first_.data() + static_cast<std::size_t>(s) * size;
+      std::int64_t reached_from = capacity_ + 1, reached_to = -1;  // the m with a prefix
+      for (std::int64_t m = 0; m <= capacity_; ++m) {
+        if (here[m] == kInf) continue;
+        reached_from = std::min(reached_from, m);
+        reached_to = m;
+        found[static_cast<std::size_t>(s)] =
+            found[static_cast<std::size_t>(s)] || here[m] + first[m] <= beaten_above;
+      }
+      const std::int64_t ws = w(s);
+      std::int64_t need = ws;
+      for (std::int64_t j = s + 1; j <= last(s) && j < n_ && reached_to >= 0; ++j) {
+        need = std::max(need, ws + w(j));
+        if (need > reached_to) break;
+        double* next = prefix.data() + static_cast<std::size_t>(j) * size - ws;
+        const std::int64_t from = std::max({need, total(s, j) - delta_, reached_from});
+        for (std::int64_t m = from; m <= reached_to; ++m) {
+          // A prefix that alone reaches the bar leads to no start point worth finding.
+          const double cost = here[m] + r_at(s, j, m);
+          if (cost < next[m] && cost <= beaten_above) next[m] = cost;
+        }
+      }
+    }
+    return found;
+  }
+
   // What the rows kept from the last filled band take.
   std::size_t kept_bytes() const {
-    return kept_.values.size() * sizeof(double) + kept_.last.size() * sizeof(std::int64_t) +
+    std::size_t entries = 0;
+    for (const Rows& chunk : kept_.chunks) entries += chunk.size();
+    return entries * sizeof(double) + kept_.last.size() * sizeof(std::int64_t) +
            (kept_.pair_base.size() + kept_.row_offset.size()) * sizeof(std::size_t);
   }
   void forget_kept() { kept_ = Kept{}; }
@@ -393,10 +470,10 @@ class BandProgram {
   }
   // Row of (s, t), indexed by m - lo(s, t).
   double* r(std::int64_t s, std::int64_t t) {
-    return values_.data() + row_offset_[pair_index(s, t)];
+    return chunks_[static_cast<std::size_t>(s)].data() + row_offset_[pair_index(s, t)];
   }
   const double* r(std::int64_t s, std::int64_t t) const {
-    return values_.data() + row_offset_[pair_index(s, t)];
+    return chunks_[static_cast<std::size_t>(s)].data() + row_offset_[pair_index(s, t)];
   }
   // R(s, t, m) for a good state with m >= lo(s, t).
   double r_at(std::int64_t s, std::int64_t t, std::int64_t m) const {
@@ -476,28 +553,58 @@ class BandProgram {
     for (std::thread& h : helpers) h.join();
   }
 
-  // Allocates the band's rows and writes them first, each thread a contiguous share of start
-  // points: infinite, then the kept band's rows copied in. A fresh allocation is faulted in on
-  // first touch, which took up to 3 s a band on one thread at 1000 layers and tight budgets.
+  // Sets up each start point's block of rows, each thread a contiguous share of start points. A
+  // block the kept band laid out the same (the same rows, each from the same m) is taken as it
+  // is: bands widened only at some start points (plan_profile_tuned) leave most blocks so, and
+  // nothing of them is copied or written. Any other block is allocated and written first here,
+  // infinite, then the kept band's rows copied in: a fresh allocation is faulted in on first
+  // touch, which took up to 3 s a band on one thread at 1000 layers and tight budgets.
   void prepare_rows() {
-    values_.allocate(entries_);
+    chunks_.clear();
+    chunks_.resize(static_cast<std::size_t>(n_));
     const std::int64_t wanted = entries_ >= threads_from_ ? threads_ : 1;
     run_shares(wanted, [&](std::int64_t share, std::int64_t threads) {
-      const auto first_entry = [&](std::int64_t s) {
-        return row_offset_[pair_base_[static_cast<std::size_t>(s)]];
-      };
+      std::vector<std::size_t> before(static_cast<std::size_t>(n_) + 1, 0);
+      for (std::int64_t s = 0; s < n_; ++s) {
+        before[static_cast<std::size_t>(s) + 1] =
+            before[static_cast<std::size_t>(s)] + chunk_entries_[static_cast<std::size_t>(s)];
+      }
       // Start points from where the share's entries begin to where the next share's do.
       const auto start_of = [&](std::int64_t k) {
         const std::size_t at =
             entries_ / static_cast<std::size_t>(threads) * static_cast<std::size_t>(k);
         std::int64_t s = 0;
-        while (s < n_ && first_entry(s) < at) ++s;
+        while (s < n_ && before[static_cast<std::size_t>(s)] < at) ++s;
         return k == threads ? n_ : s;
       };
       const std::int64_t s0 = start_of(share), s1 = start_of(share + 1);
-      std::fill(values_.data() + first_entry(s0), values_.data() + first_entry(s1), kInf);
-      copy_kept(s0, s1);
+      for (std::int64_t s = s0; s < s1; ++s) {
+        Rows& chunk = chunks_[static_cast<std::size_t>(s)];
+        if (kept_laid_out_alike(s)) {
+          chunk = std::move(kept_.chunks[static_cast<std::size_t>(s)]);
+          continue;
+        }
+        chunk.allocate(chunk_entries_[static_cast<std::size_t>(s)]);
+        std::fill(chunk.data(), chunk.data() + chunk.size(), kInf);
+        copy_kept(s);
+      }
     });
+  }
+
+  // Whether the kept band stored start point s's rows exactly as this one lays them out.
+  bool kept_laid_out_alike(std::int64_t s) const {
+    const auto at = static_cast<std::size_t>(s);
+    if (!kept_.present || kept_.last[at] != last(s) ||
+        kept_.chunks[at].size() != chunk_entries_[at]) {
+      return false;
+    }
+    for (std::int64_t t = s + 1; t <= last(s); ++t) {
+      const std::size_t k = static_cast<std::size_t>(t - s - 1);
+      if (kept_.row_offset[kept_.pair_base[at] + k] != row_offset_[pair_base_[at] + k]) {
+        return false;
+      }
+    }
+    return true;  // the same rows, each as long (the same tops) at the same place: the same lo
   }
 
   // The row of (s, t) below `known_from` (from it up, the row holds its values already).
@@ -577,27 +684,27 @@ class BandProgram {
 
   // The first m of (s, t) that the kept band stored (past row_top if none).
   std::int64_t known_from(std::int64_t s, std::int64_t t) const {
-    if (kept_.values.empty() || t > kept_.last[static_cast<std::size_t>(s)]) {
+    if (!kept_.present || t > kept_.last[static_cast<std::size_t>(s)]) {
       return std::numeric_limits<std::int64_t>::max();
     }
     return std::max(w(s), total(s, t) - kept_.delta);
   }
 
-  // Copies the kept band's rows of start points [s0, s1) into this one's: a row's stored entries
-  // depend only on (s, t, m), never on the band, so they are this band's values too.
-  void copy_kept(std::int64_t s0, std::int64_t s1) {
-    if (kept_.values.empty()) return;
-    for (std::int64_t s = s0; s < s1; ++s) {
-      const std::int64_t kept_last = std::min(last(s), kept_.last[static_cast<std::size_t>(s)]);
-      for (std::int64_t t = s + 1; t <= kept_last; ++t) {
-        const std::int64_t from = known_from(s, t), row_top = top(s, t);
-        if (from > row_top) continue;
-        const double* kept_row =
-            kept_.values.data() + kept_.row_offset[kept_.pair_base[static_cast<std::size_t>(s)] +
-                                                   static_cast<std::size_t>(t - s - 1)];
-        std::copy(kept_row, kept_row + (row_top - from + 1), r(s, t) + (from - lo(s, t)));
-      }
+  // Copies the kept band's rows of start point s into this one's, and frees them: a row's stored
+  // entries depend only on (s, t, m), never on the band, so they are this band's values too.
+  void copy_kept(std::int64_t s) {
+    if (!kept_.present) return;
+    const auto at = static_cast<std::size_t>(s);
+    const std::int64_t kept_last = std::min(last(s), kept_.last[at]);
+    for (std::int64_t t = s + 1; t <= kept_last; ++t) {
+      const std::int64_t from = known_from(s, t), row_top = top(s, t);
+      if (from > row_top) continue;
+      const double* kept_row =
+          kept_.chunks[at].data() +
+          kept_.row_offset[kept_.pair_base[at] + static_cast<std::size_t>(t - s - 1)];
+      std::copy(kept_row, kept_row + (row_top - from + 1), r(s, t) + (from - lo(s, t)));
     }
+    kept_.chunks[at] = Rows{};
   }
 
   // row[m] = min(row[m], cost + R(j, t, m - w_s) + R(s, j, m)) for m in [first, end), with the
@@ -670,7 +777,9 @@ class BandProgram {
   void fill_f() {
     const std::size_t size = row_size();
     f_.assign(3 * static_cast<std::size_t>(n_) * size, kInf);
-    const bool any_bad = delta_ < full_delta() || max_length_ < n_;
+    long_first_.assign(kSplitLemma ? static_cast<std::size_t>(n_) * size : 0, kInf);
+    // The caps do not fall with s: some segment is too long exactly when one from 0 is.
+    const bool any_bad = delta_ < full_delta() || caps_[0] < n_;
     std::vector<double> knap(size), next(size);
     // Of derivations whose first segment is too long: their bounds by (b) (two, as above), and
     // by the splitting lemma (see split_bound). Without the lemma, wrow and lrow take the (b)
@@ -683,7 +792,8 @@ class BandProgram {
       std::fill(lemma.begin(), lemma.end(), -kInf);
       // Past this end point, segments from s are priced together (see below); they are all too
       // long, by tail_gap_ layers and by twice the band's longest segment.
-      const std::int64_t tail_start = last(s) + 1 + std::max(tail_gap_, 2 * max_length_);
+      const std::int64_t tail_start =
+          last(s) + 1 + std::max(tail_gap_, 2 * (caps_[static_cast<std::size_t>(s)] - s));
       double* grow = g(s);
       double* wrow = bw(s);
       double* lrow = bl(s);
@@ -790,9 +900,11 @@ class BandProgram {
         }
       }
       if constexpr (kSplitLemma) {
+        double* first = long_first_.data() + static_cast<std::size_t>(s) * size;
         for (std::size_t m = 0; m < size; ++m) {
+          first[m] = std::max(long_l[m], lemma[m]);
           wrow[m] = std::min(wrow[m], std::max(long_w[m], lemma[m]));
-          lrow[m] = std::min(lrow[m], std::max(long_l[m], lemma[m]));
+          lrow[m] = std::min(lrow[m], first[m]);
         }
       }
     }
@@ -897,7 +1009,8 @@ class BandProgram {
   std::int64_t threads_;      // threads that fill the rows of a band ...
   std::size_t threads_from_;  // ... with at least this many entries
   bool split_lemma_;
-  std::int64_t unit_ = 1, capacity_ = 0, divisor_ = 0, delta_ = 0, max_length_ = 0;
+  std::int64_t unit_ = 1, capacity_ = 0, divisor_ = 0, delta_ = 0;
+  std::vector<std::int64_t> caps_;  // per s, the last end point a segment from s may have
   bool exact_ = true;
   std::vector<std::int64_t> weight_, weight_prefix_;
   std::vector<double> time_prefix_, times_;
@@ -916,7 +1029,8 @@ class BandProgram {
   // the values a split's block test reads of its right part. Laid out together, they stay in
   // cache where the right parts' rows do not.
   std::vector<double> samples_;
-  // A band's rows, allocated without writing them (prepare_rows writes them on every thread).
+  // One start point's rows, allocated without writing them (prepare_rows writes them on every
+  // thread).
   class Rows {
    public:
     void allocate(std::size_t size) {
@@ -932,14 +1046,19 @@ class BandProgram {
     std::unique_ptr<double[]> data_;
     std::size_t size_ = 0;
   };
-  Rows values_;
+  std::vector<Rows> chunks_;  // by start point: its rows, at row_offset_ within the block
+  std::vector<std::size_t> chunk_entries_;
   std::vector<double> f_;
+  // With the splitting lemma (fill_f<true>): per s, the bound of a derivation from (s, m) whose
+  // first segment is too long (not too heavy), for localized().
+  std::vector<double> long_first_;
   // The band filled before this one (a narrower one: bands only widen), while this one is filled.
   struct Kept {
+    bool present = false;
     std::int64_t delta = 0;
     std::vector<std::int64_t> last;
     std::vector<std::size_t> pair_base, row_offset;
-    Rows values;
+    std::vector<Rows> chunks;  // emptied as they are taken or copied
   } kept_;
 };
 
@@ -967,12 +1086,21 @@ std::int64_t default_threads() {
 }
 
 BandValues band_values(const ChainProfile& profile, std::int64_t budget_bytes, std::int64_t slots,
-                       std::int64_t delta, std::int64_t max_length, const BandTuning& tuning) {
+                       std::int64_t delta, const std::vector<std::int64_t>& caps,
+                       const BandTuning& tuning) {
   profile.validate();
+  if (caps.size() != static_cast<std::size_t>(profile.layers())) {
+    throw std::invalid_argument("band_values: one cap per start point");
+  }
   BandProgram program(profile, budget_bytes, slots, tuning);
-  program.layout(delta, max_length);
+  program.layout(delta, caps);
   program.solve(true);
-  return {program.best(), program.heavy_bound(), program.long_bound()};
+  BandValues values{program.best(), program.heavy_bound(), program.long_bound(), {}};
+  const std::vector<bool> starts = program.localized();
+  for (std::size_t s = 0; s < starts.size(); ++s) {
+    if (starts[s]) values.localized.push_back(static_cast<std::int64_t>(s));
+  }
+  return values;
 }
 
 ProfilePlan plan_profile_tuned(const ChainProfile& profile, std::int64_t budget_bytes,
@@ -986,35 +1114,55 @@ ProfilePlan plan_profile_tuned(const ChainProfile& profile, std::int64_t budget_
   // holds; at its widest every state is good and the program is the full one.
   const std::int64_t full = program.full_delta();
   std::int64_t delta = std::min(program.first_delta(), full);
-  std::int64_t max_length =
-      std::min<std::int64_t>(std::max<std::int64_t>(tuning.first_max_length, 1), profile.layers());
-  const double layers = static_cast<double>(profile.layers());
+  const std::int64_t n = profile.layers();
+  // Per start point s, the last end point of a segment in the band (its longest segment from s is
+  // caps[s] - s layers); the band program keeps them from falling with s.
+  std::vector<std::int64_t> caps(static_cast<std::size_t>(n));
+  const auto set_lengths = [&](std::int64_t length) {
+    for (std::int64_t s = 0; s < n; ++s) caps[static_cast<std::size_t>(s)] = s + length;
+  };
+  set_lengths(std::min<std::int64_t>(std::max<std::int64_t>(tuning.first_max_length, 1), n));
+  // Longer segments from s: twice as long, or half as long again from kLargeBandLength (bands of
+  // segments that long take hundreds of MB at 1000 layers, and their certificates fail by
+  // fractions of a percent).
+  const auto lengthen = [&](std::int64_t s) {
+    std::int64_t& cap = caps[static_cast<std::size_t>(s)];
+    const std::int64_t length = std::min(cap, n) - s;
+    cap = std::min(n, s + (length >= kLargeBandLength ? length + length / 2 : 2 * length));
+  };
+  const auto all_reach_the_end = [&] { return caps.front() >= n; };
+  const double layers = static_cast<double>(n);
   if (layers * layers * layers * static_cast<double>(program.capacity()) / 6 <= tuning.small_work) {
     delta = full;  // small enough for the full program in one go
-    max_length = profile.layers();
+    set_lengths(n);
   }
   std::int64_t bands = 0;
-  // Whether the budget is tight: a filled band failed, or bands held no schedule twice (at
-  // 1000 layers, budgets of 1% of the activation bytes; at 1.5-2.5%, once). The certificate
-  // then needs the splitting lemma more often than not (see solve()).
+  // Whether the budget is tight: a filled band failed, or bands held no schedule twice (at 1000
+  // layers, budgets of 1% of the activation bytes). The certificate then needs the splitting
+  // lemma more often than not (see solve()).
   bool tight = false;
   int unfilled = 0;
   // Every schedule holds a_0 with the largest output before the last (least_profile_budget), and
   // recomputing everything from a_0 needs no more; with none, no band is laid out.
   bool any_schedule = program.least_units() <= program.capacity();
   while (any_schedule) {
-    const std::size_t bytes = program.layout(delta, max_length);
+    const std::size_t bytes = program.layout(delta, caps);
     if (!program.holds_a_schedule()) {
       // Filling a band without a schedule would only widen it (a schedule of a wider band is a
-      // derivation with a bad segment here, its bound finite), so it widens unfilled, as a
-      // filled one would: delta eightfold, and the segments twice as long. The widest band holds
-      // every schedule.
-      if (delta == full && max_length == profile.layers()) {
+      // derivation with a bad segment here, its bound finite), so it widens unfilled: delta
+      // eightfold, and once delta is full the segments twice as long (checking costs O(n L^2),
+      // and a band of short segments with every m is far smaller than one of long segments).
+      // The widest band holds every schedule.
+      if (delta == full && all_reach_the_end()) {
         throw std::logic_error("profile planner: the full program holds no schedule");
       }
+      const bool longer = delta == full;
       delta = delta > full / 8 ? full : 8 * delta;
       tight = tight || ++unfilled >= 2;
-      max_length = std::min(2 * max_length, profile.layers());
+      for (std::int64_t s = 0; s < n && longer; ++s) {
+        std::int64_t& cap = caps[static_cast<std::size_t>(s)];
+        cap = std::min(n, s + 2 * (std::min(cap, n) - s));
+      }
       continue;
     }
     ++bands;
@@ -1035,12 +1183,19 @@ ProfilePlan plan_profile_tuned(const ChainProfile& profile, std::int64_t budget_
     }
     if (verdict.heavy_ok && verdict.long_ok) break;
     tight = true;
-    // Bands of segments this long take hundreds of MB at 1000 layers, and their certificates
-    // fail by fractions of a percent: they widen by half rather than double.
-    const bool large = max_length >= kLargeBandLength;
-    if (!verdict.heavy_ok) delta = delta > full / 2 ? full : large ? delta + delta / 2 : 2 * delta;
+    // A too heavy segment not ruled out: every row takes all its m at once. At 1000 layers and
+    // 1-1.5% budgets, doubling delta took up to four bands where one does; from 3% up a band may
+    // cost twice what it did (0.3-0.6 s more), still well under the first band's certificate.
+    if (!verdict.heavy_ok) delta = full;
     if (!verdict.long_ok) {
-      max_length = std::min(large ? max_length + max_length / 2 : 2 * max_length, profile.layers());
+      // Only the segments from the start points where a too long one is not yet ruled out grow,
+      // when those are known (at 1000 layers and 1-1.5% budgets, a few to 165 start points of
+      // 1000, near the chain's start); else every start point's.
+      const std::vector<bool> starts = program.localized();
+      const bool known = std::find(starts.begin(), starts.end(), true) != starts.end();
+      for (std::int64_t s = 0; s < n; ++s) {
+        if (!known || starts[static_cast<std::size_t>(s)]) lengthen(s);
+      }
     }
   }
   if (!any_schedule) {

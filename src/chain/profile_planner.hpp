@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "remat/chain.hpp"
 
@@ -31,13 +32,17 @@ struct BandTuning {
 // The machine's cores, at most kMaxThreads (1 when unknown).
 std::int64_t default_threads();
 
-// One band, filled: G(0, C) over its good derivations, and the lower bounds B_W and B_L over the
-// derivations with a too heavy and with a too long (not too heavy) first-pass segment.
+// One band, filled (`caps[s]`: the last end point of a segment from s, raised not to fall with
+// s): G(0, C) over its good derivations, the lower bounds B_W and B_L over the derivations with
+// a too heavy and with a too long (not too heavy) first-pass segment, and the start points where
+// a too long segment is not ruled out (those whose segments grow when B_L fails).
 struct BandValues {
   double good, heavy, long_;
+  std::vector<std::int64_t> localized;
 };
 BandValues band_values(const ChainProfile& profile, std::int64_t budget_bytes, std::int64_t slots,
-                       std::int64_t delta, std::int64_t max_length, const BandTuning& tuning);
+                       std::int64_t delta, const std::vector<std::int64_t>& caps,
+                       const BandTuning& tuning);
 
 ProfilePlan plan_profile_tuned(const ChainProfile& profile, std::int64_t budget_bytes,
                                std::int64_t slots, std::size_t max_planner_bytes,

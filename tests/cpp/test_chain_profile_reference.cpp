@@ -4,6 +4,7 @@
 // simulator, which plan_profile runs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -228,7 +229,7 @@ TEST(ProfilePlannerReference, SameOnEveryPathOfTheBandProgram) {
 TEST(ProfilePlannerReference, BandBoundsAreLowerBounds) {
   constexpr double kInfinity = std::numeric_limits<double>::infinity();
   std::mt19937_64 rng(4016);
-  int heavy_checked = 0, long_checked = 0;
+  int heavy_checked = 0, long_checked = 0, some_localized = 0, fewer_localized = 0;
   std::int64_t lemma_checked = 0;
   for (int trial = 0; trial < 240; ++trial) {
     const int kind = std::vector<int>{0, 2, 3}[trial % 3];  // sizes with small units
@@ -305,11 +306,21 @@ TEST(ProfilePlannerReference, BandBoundsAreLowerBounds) {
       }
     }
     const auto delta = 1 + static_cast<std::int64_t>(rng() % (prefix[n] + 1));
+    // End caps: every start point's segments as long (half the trials), or caps that grow
+    // unevenly, as when only some start points' segments were lengthened; the band raises them
+    // not to fall with s, and so does this.
     const auto max_length = 1 + static_cast<std::int64_t>(rng() % n);
+    std::vector<std::int64_t> caps(static_cast<std::size_t>(n));
+    for (std::int64_t s = 0; s < n; ++s) {
+      const std::int64_t cap =
+          trial % 2 == 0 ? s + max_length : s + 1 + static_cast<std::int64_t>(rng() % n) / 2;
+      caps[static_cast<std::size_t>(s)] =
+          std::max(cap, s == 0 ? cap : caps[static_cast<std::size_t>(s - 1)]);
+    }
     const auto last = [&](std::int64_t s) {
       std::int64_t t = s + 1;
       while (t + 1 <= n && total(s, t + 1) <= capacity + delta) ++t;
-      return std::min(t, s + max_length);
+      return std::min(t, caps[static_cast<std::size_t>(s)]);
     };
     // Least costs of the rest of the first pass from (s, m): any, with a too heavy segment, with
     // a too long one that is not too heavy.
@@ -345,8 +356,7 @@ TEST(ProfilePlannerReference, BandBoundsAreLowerBounds) {
     tuning.tail_gap = static_cast<std::int64_t>(rng() % 4);
     tuning.threads = 1 + trial % 2;
     tuning.threads_from = 0;
-    const auto band =
-        detail::band_values(p, capacity * unit, capacity * unit, delta, max_length, tuning);
+    const auto band = detail::band_values(p, capacity * unit, capacity * unit, delta, caps, tuning);
     const double best_heavy = heavy[0][static_cast<std::size_t>(capacity)];
     const double best_long = longer[0][static_cast<std::size_t>(capacity)];
     const std::string where = "trial " + std::to_string(trial) + " n " + std::to_string(n) +
@@ -361,9 +371,50 @@ TEST(ProfilePlannerReference, BandBoundsAreLowerBounds) {
       ++long_checked;
     }
     EXPECT_GE(band.good, any[0][static_cast<std::size_t>(capacity)] * (1 - 1e-12)) << where;
+    // Every start point where a good first pass from (0, C) followed by a too long segment costs
+    // no more than G(0, C) (not ruled out) is among those whose segments grow: the least such
+    // cost, by a forward pass over good segments and the whole table after.
+    std::vector<std::vector<double>> reach(static_cast<std::size_t>(n) + 1,
+                                           std::vector<double>(size, kInfinity));
+    reach[0][static_cast<std::size_t>(capacity)] = 0;
+    std::vector<bool> needed(static_cast<std::size_t>(n), false);
+    for (std::int64_t s = 0; s < n; ++s) {
+      for (std::int64_t m = 0; m <= capacity; ++m) {
+        const double before = reach[static_cast<std::size_t>(s)][static_cast<std::size_t>(m)];
+        if (before == kInfinity) continue;
+        std::int64_t need = w[s];
+        for (std::int64_t j = s + 1; j <= n; ++j) {
+          if (j < n) need = std::max(need, w[s] + w[j]);
+          if (need > m) break;
+          if (m < total(s, j) - delta) continue;  // too heavy
+          const double cost = before + at(s, j, m);
+          if (j > last(s)) {
+            const double rest =
+                j == n ? 0.0 : any[static_cast<std::size_t>(j)][static_cast<std::size_t>(m - w[s])];
+            if (cost + rest <= band.good * (1 + 1e-12)) needed[static_cast<std::size_t>(s)] = true;
+          } else if (j < n) {
+            double& next = reach[static_cast<std::size_t>(j)][static_cast<std::size_t>(m - w[s])];
+            next = std::min(next, cost);
+          }
+        }
+      }
+    }
+    std::int64_t needed_count = 0;
+    for (std::int64_t s = 0; s < n; ++s) {
+      if (!needed[static_cast<std::size_t>(s)]) continue;
+      ++needed_count;
+      EXPECT_TRUE(std::find(band.localized.begin(), band.localized.end(), s) !=
+                  band.localized.end())
+          << where << " start " << s;
+    }
+    const auto localized = static_cast<std::int64_t>(band.localized.size());
+    some_localized += needed_count > 0 ? 1 : 0;
+    fewer_localized += localized > 0 && localized < n - 1 ? 1 : 0;
   }
   EXPECT_GT(heavy_checked, 40);
   EXPECT_GT(long_checked, 40);
+  EXPECT_GT(some_localized, 20);   // start points that must grow, found
+  EXPECT_GT(fewer_localized, 20);  // and not every start point's segments grow
   EXPECT_GT(lemma_checked, 100000);
 }
 
