@@ -115,8 +115,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <memory>
+#include <new>
 #include <numeric>
 #include <stdexcept>
 #include <system_error>
@@ -580,8 +582,13 @@ class BandProgram {
       const std::int64_t s0 = start_of(share), s1 = start_of(share + 1);
       for (std::int64_t s = s0; s < s1; ++s) {
         Rows& chunk = chunks_[static_cast<std::size_t>(s)];
-        if (kept_laid_out_alike(s)) {
+        const std::int64_t kept_rows = kept_rows_alike(s);
+        if (kept_rows >= 0) {
+          // The kept rows lie as this band lays them out, and only rows are added after them.
           chunk = std::move(kept_.chunks[static_cast<std::size_t>(s)]);
+          const std::size_t kept_entries = chunk.size();
+          chunk.grow(chunk_entries_[static_cast<std::size_t>(s)]);
+          std::fill(chunk.data() + kept_entries, chunk.data() + chunk.size(), kInf);
           continue;
         }
         chunk.allocate(chunk_entries_[static_cast<std::size_t>(s)]);
@@ -591,20 +598,25 @@ class BandProgram {
     });
   }
 
-  // Whether the kept band stored start point s's rows exactly as this one lays them out.
-  bool kept_laid_out_alike(std::int64_t s) const {
+  // How many of start point s's rows the kept band stored exactly as this one lays them out, when
+  // those are all it stored (the same lo and top each, so the same offsets); -1 if none are kept
+  // or some row was laid out otherwise.
+  std::int64_t kept_rows_alike(std::int64_t s) const {
     const auto at = static_cast<std::size_t>(s);
-    if (!kept_.present || kept_.last[at] != last(s) ||
-        kept_.chunks[at].size() != chunk_entries_[at]) {
-      return false;
-    }
-    for (std::int64_t t = s + 1; t <= last(s); ++t) {
-      const std::size_t k = static_cast<std::size_t>(t - s - 1);
-      if (kept_.row_offset[kept_.pair_base[at] + k] != row_offset_[pair_base_[at] + k]) {
-        return false;
+    if (!kept_.present || kept_.last[at] > last(s)) return -1;
+    const std::int64_t rows = kept_.last[at] - s;
+    for (std::int64_t k = 0; k < rows; ++k) {
+      const auto row = static_cast<std::size_t>(k);
+      if (kept_.row_offset[kept_.pair_base[at] + row] != row_offset_[pair_base_[at] + row]) {
+        return -1;
       }
     }
-    return true;  // the same rows, each as long (the same tops) at the same place: the same lo
+    // The next row starts where the kept ones end: the last kept row is as long, too.
+    const std::size_t kept_end = kept_.chunks[at].size();
+    const std::size_t end = rows < last(s) - s
+                                ? row_offset_[pair_base_[at] + static_cast<std::size_t>(rows)]
+                                : chunk_entries_[at];
+    return kept_end == end ? rows : -1;
   }
 
   // The row of (s, t) below `known_from` (from it up, the row holds its values already).
@@ -776,17 +788,33 @@ class BandProgram {
   template <bool kSplitLemma>
   void fill_f() {
     const std::size_t size = row_size();
-    f_.assign(3 * static_cast<std::size_t>(n_) * size, kInf);
-    long_first_.assign(kSplitLemma ? static_cast<std::size_t>(n_) * size : 0, kInf);
     // The caps do not fall with s: some segment is too long exactly when one from 0 is.
     const bool any_bad = delta_ < full_delta() || caps_[0] < n_;
+    // The rows of F from s on depend only on the band from s on (first-pass segments end after
+    // their start): those the last pass formed the same way are kept, and only the start points
+    // before them are formed again (bands widened near the chain's start redo a third of them).
+    const std::int64_t from = kept_f_from<kSplitLemma>(any_bad);
+    if (from == n_) {
+      f_.assign(3 * static_cast<std::size_t>(n_) * size, kInf);
+      long_first_.assign(kSplitLemma ? static_cast<std::size_t>(n_) * size : 0, kInf);
+    } else {
+      const std::size_t rows = static_cast<std::size_t>(from) * size;
+      for (std::size_t k = 0; k < 3; ++k) {
+        std::fill_n(f_.begin() + static_cast<std::ptrdiff_t>(k * static_cast<std::size_t>(n_) * size),
+                    rows, kInf);
+      }
+      std::fill_n(long_first_.begin(), kSplitLemma ? rows : 0, kInf);
+    }
+    f_formed_ = {kSplitLemma, any_bad, delta_, last_, caps_};
+    // With delta full no segment is too heavy: B_W, a bound over no derivation, stays infinite.
+    const bool any_heavy = delta_ < full_delta();
     std::vector<double> knap(size), next(size);
     // Of derivations whose first segment is too long: their bounds by (b) (two, as above), and
     // by the splitting lemma (see split_bound). Without the lemma, wrow and lrow take the (b)
     // bounds directly: nothing to combine.
     std::vector<double> long_w(kSplitLemma ? size : 0), long_l(long_w.size()), lemma(long_w.size());
     Tail tail(n_ + 1, size);
-    for (std::int64_t s = n_ - 1; s >= 0; --s) {
+    for (std::int64_t s = from - 1; s >= 0; --s) {
       std::fill(long_w.begin(), long_w.end(), kInf);
       std::fill(long_l.begin(), long_l.end(), kInf);
       std::fill(lemma.begin(), lemma.end(), -kInf);
@@ -822,7 +850,7 @@ class BandProgram {
             const auto c = static_cast<std::size_t>(m - ws);
             const double price = std::max(once - knap[c] + tail.once[c],
                                           twice - knap[c] - tail.far_knap[c] + tail.twice[c]);
-            long_wrow[m] = std::min(long_wrow[m], price);
+            if (any_heavy) long_wrow[m] = std::min(long_wrow[m], price);
             long_lrow[m] = std::min(long_lrow[m], price);
           }
           break;
@@ -880,7 +908,7 @@ class BandProgram {
             const double price = bound(m);
             const double rest = std::min({grest[m], wrest[m], lrest[m]});
             long_lrow[m] = std::min(long_lrow[m], rest + price);
-            long_wrow[m] = std::min(long_wrow[m], wrest[m] + price);
+            if (any_heavy) long_wrow[m] = std::min(long_wrow[m], wrest[m] + price);
           }
         } else if (split <= capacity_) {
           const double* segment = r(s, j) - lo(s, j);
@@ -888,14 +916,15 @@ class BandProgram {
           std::int64_t m = split;
           for (; m < seg_end; ++m) {
             grow[m] = std::min(grow[m], grest[m] + segment[m]);
-            wrow[m] = std::min(wrow[m], wrest[m] + segment[m]);
             lrow[m] = std::min(lrow[m], lrest[m] + segment[m]);
           }
           const double flat = segment[seg_end - 1];
           for (; m <= capacity_; ++m) {
             grow[m] = std::min(grow[m], grest[m] + flat);
-            wrow[m] = std::min(wrow[m], wrest[m] + flat);
             lrow[m] = std::min(lrow[m], lrest[m] + flat);
+          }
+          for (m = split; any_heavy && m <= capacity_; ++m) {
+            wrow[m] = std::min(wrow[m], wrest[m] + segment[std::min(m, seg_end - 1)]);
           }
         }
       }
@@ -908,6 +937,25 @@ class BandProgram {
         }
       }
     }
+  }
+
+  // The first start point from which the rows of F the last pass formed are this band's too: the
+  // same kind of pass, the same delta, and from there on the same caps and last end points (n_
+  // when none are).
+  template <bool kSplitLemma>
+  std::int64_t kept_f_from(bool any_bad) const {
+    const FormedBy& last = f_formed_;
+    if (last.split_lemma != kSplitLemma || last.any_bad != any_bad || last.delta != delta_ ||
+        last.last.size() != last_.size() || f_.empty()) {
+      return n_;
+    }
+    std::int64_t from = n_;
+    while (from > 0) {
+      const auto at = static_cast<std::size_t>(from - 1);
+      if (last.last[at] != last_[at] || last.caps[at] != caps_[at]) break;
+      --from;
+    }
+    return from;
   }
 
   // The splitting lemma (c): a derivation whose first segment (s, t) runs past the band costs at
@@ -1034,7 +1082,17 @@ class BandProgram {
   class Rows {
    public:
     void allocate(std::size_t size) {
-      data_.reset(new double[size]);
+      data_.reset(static_cast<double*>(std::malloc(std::max<std::size_t>(size, 1) * sizeof(double))));
+      if (!data_) throw std::bad_alloc();
+      size_ = size;
+    }
+    // Longer, keeping the entries there were: large blocks are remapped, not copied or faulted in
+    // again.
+    void grow(std::size_t size) {
+      void* grown = std::realloc(data_.get(), std::max<std::size_t>(size, 1) * sizeof(double));
+      if (grown == nullptr) throw std::bad_alloc();
+      static_cast<void>(data_.release());
+      data_.reset(static_cast<double*>(grown));
       size_ = size;
     }
     double* data() { return data_.get(); }
@@ -1043,12 +1101,21 @@ class BandProgram {
     bool empty() const { return size_ == 0; }
 
    private:
-    std::unique_ptr<double[]> data_;
+    struct Free {
+      void operator()(double* block) const { std::free(block); }
+    };
+    std::unique_ptr<double, Free> data_;
     std::size_t size_ = 0;
   };
   std::vector<Rows> chunks_;  // by start point: its rows, at row_offset_ within the block
   std::vector<std::size_t> chunk_entries_;
   std::vector<double> f_;
+  // What the rows of F in f_ were formed for (kept_f_from).
+  struct FormedBy {
+    bool split_lemma = false, any_bad = false;
+    std::int64_t delta = -1;
+    std::vector<std::int64_t> last, caps;
+  } f_formed_;
   // With the splitting lemma (fill_f<true>): per s, the bound of a derivation from (s, m) whose
   // first segment is too long (not too heavy), for localized().
   std::vector<double> long_first_;
@@ -1147,7 +1214,8 @@ ProfilePlan plan_profile_tuned(const ChainProfile& profile, std::int64_t budget_
   bool any_schedule = program.least_units() <= program.capacity();
   while (any_schedule) {
     const std::size_t bytes = program.layout(delta, caps);
-    if (!program.holds_a_schedule()) {
+    // A band holds every schedule of a narrower one: once one did, every later one does.
+    if (bands == 0 && !program.holds_a_schedule()) {
       // Filling a band without a schedule would only widen it (a schedule of a wider band is a
       // derivation with a bad segment here, its bound finite), so it widens unfilled: delta
       // eightfold, and once delta is full the segments twice as long (checking costs O(n L^2),
