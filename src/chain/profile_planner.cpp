@@ -134,6 +134,8 @@ namespace remat::chain {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+// A least m that no m reaches.
+constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max() / 4;
 // A split or a bad derivation is set aside only when its lower bound exceeds the value it must
 // beat by this relative margin plus this fraction of the chain's total time: floating-point
 // sums of these magnitudes (times as prefix-sum differences, at most n per value) err by far
@@ -198,6 +200,7 @@ class BandProgram {
       kept_.delta = delta_;
       kept_.last = std::move(last_);
       kept_.pair_base = std::move(pair_base_);
+      kept_.start = std::move(start_);
       kept_.row_offset = std::move(row_offset_);
       kept_.chunks = std::move(chunks_);
       chunks_.clear();
@@ -220,14 +223,17 @@ class BandProgram {
       // (s, s+1) is kept even when bad everywhere: its row is then empty.
       last_[static_cast<std::size_t>(s)] = t;
       pair_base_[static_cast<std::size_t>(s)] = pairs;
-      for (std::int64_t u = s + 1; u <= t; ++u) {
-        entries += row_length(s, u);
-        approximate_entries += static_cast<double>(row_length(s, u));
-      }
       pairs += static_cast<std::size_t>(t - s);
     }
     pair_base_[static_cast<std::size_t>(n_)] = pairs;
     pairs_ = pairs;
+    find_starts();
+    for (std::int64_t s = 0; s < n_; ++s) {
+      for (std::int64_t u = s + 1; u <= last(s); ++u) {
+        entries += row_length(s, u);
+        approximate_entries += static_cast<double>(row_length(s, u));
+      }
+    }
     entries_ = entries;
     // The pairs (j, t) of the band for one t have j in one range (last() does not fall with s):
     // end_base_[t] + t - 1 - j indexes them, so a row's splits read their right parts' least
@@ -251,31 +257,42 @@ class BandProgram {
            (kFRows * static_cast<std::size_t>(n_) + 10) * row_size() * sizeof(double);
   }
 
-  // Whether the band laid out last holds a schedule (G(0, C) finite), found without filling it.
-  // A stored R(s, t, .) is finite from one m up (each condition of the recurrence is a lower
-  // limit on m, and the rows are flat past their tops), so these least m follow the recurrence
-  // with max for + and min for min: O(n L^2) integer steps, no rows.
-  bool holds_a_schedule() const {
-    constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max() / 4;
-    std::vector<std::int64_t> least(pairs_, kNever);
-    const auto at = [&](std::int64_t s, std::int64_t t) -> std::int64_t& {
-      return least[pair_index(s, t)];
-    };
+  // The first m each row of the band stores: its first finite value (R(s, t, .) is finite from
+  // one m up: each condition of the recurrence is a lower limit on m, and the rows are flat past
+  // their tops), or past its top when it has none. These least m follow the recurrence with max
+  // for + and min for min, O(n L^2) integer steps, no rows; a pair the kept band had, with the
+  // same delta, keeps its start (its parts are kept pairs too). Below its start a row is
+  // infinite and not stored: at the tightest budgets a third to a half of the entries.
+  void find_starts() {
+    start_.assign(pairs_, 0);
+    const bool same_delta = kept_.present && kept_.delta == delta_;
     for (std::int64_t s = n_ - 1; s >= 0; --s) {
+      const auto at = static_cast<std::size_t>(s);
       const std::int64_t ws = w(s);
       for (std::int64_t t = s + 1; t <= last(s); ++t) {
-        const std::int64_t row_lo = lo(s, t), row_top = top(s, t);
+        std::int64_t& start = start_[pair_index(s, t)];
+        if (same_delta && t <= kept_.last[at]) {
+          start = kept_.start[kept_.pair_base[at] + static_cast<std::size_t>(t - s - 1)];
+          continue;
+        }
+        const std::int64_t row_lo = band_lo(s, t), row_top = top(s, t);
+        start = row_top + 1;
         if (row_lo > row_top) continue;
         std::int64_t best = t == s + 1 ? row_lo : kNever;
         std::int64_t need = ws;
         for (std::int64_t j = s + 1; j < t; ++j) {
           need = std::max(need, ws + w(j));
           if (need > row_top) break;
-          best = std::min(best, std::max({need, at(j, t) + ws, at(s, j)}));
+          best = std::min(best, std::max({need, finite_from(j, t) + ws, finite_from(s, j)}));
         }
-        if (std::max(best, row_lo) <= row_top) at(s, t) = std::max(best, row_lo);
+        if (std::max(best, row_lo) <= row_top) start = std::max(best, row_lo);
       }
     }
+  }
+
+  // Whether the band laid out last holds a schedule (G(0, C) finite), found without filling it:
+  // the least m of G(0, .) from the rows' first finite m, O(n L) integer steps.
+  bool holds_a_schedule() const {
     std::vector<std::int64_t> first_pass(static_cast<std::size_t>(n_) + 1, kNever);
     first_pass[static_cast<std::size_t>(n_)] = 0;
     for (std::int64_t s = n_ - 1; s >= 0; --s) {
@@ -285,7 +302,7 @@ class BandProgram {
         if (j < n_) need = std::max(need, ws + w(j));
         if (need > capacity_) break;
         const std::int64_t rest = j == n_ ? 0 : first_pass[static_cast<std::size_t>(j)] + ws;
-        best = std::min(best, std::max({need, total(s, j) - delta_, at(s, j), rest}));
+        best = std::min(best, std::max({need, total(s, j) - delta_, finite_from(s, j), rest}));
       }
       first_pass[static_cast<std::size_t>(s)] = best;
     }
@@ -450,9 +467,17 @@ class BandProgram {
   }
   std::int64_t last(std::int64_t s) const { return last_[static_cast<std::size_t>(s)]; }
   double slack() const { return kMargin * time_prefix_.back(); }
-  // The stored entries of (s, t): m in [lo, top]; above top the row is flat.
-  std::int64_t lo(std::int64_t s, std::int64_t t) const {
+  // The good states of (s, t): m from this up.
+  std::int64_t band_lo(std::int64_t s, std::int64_t t) const {
     return std::max(w(s), total(s, t) - delta_);
+  }
+  // The stored entries of (s, t): m in [lo, top], lo the first finite one of the good states
+  // (find_starts; past top when none is); above top the row is flat.
+  std::int64_t lo(std::int64_t s, std::int64_t t) const { return start_[pair_index(s, t)]; }
+  // The first m where R(s, t, .) is finite in the band, kNever when none is.
+  std::int64_t finite_from(std::int64_t s, std::int64_t t) const {
+    const std::int64_t start = lo(s, t);
+    return start <= top(s, t) ? start : kNever;
   }
   std::int64_t top(std::int64_t s, std::int64_t t) const {
     return std::min(capacity_, total(s, t));
@@ -477,9 +502,10 @@ class BandProgram {
   const double* r(std::int64_t s, std::int64_t t) const {
     return chunks_[static_cast<std::size_t>(s)].data() + row_offset_[pair_index(s, t)];
   }
-  // R(s, t, m) for a good state with m >= lo(s, t).
+  // R(s, t, m) for a good state.
   double r_at(std::int64_t s, std::int64_t t, std::int64_t m) const {
-    return r(s, t)[std::min(m, top(s, t)) - lo(s, t)];
+    const std::int64_t row_lo = lo(s, t);
+    return m < row_lo ? kInf : r(s, t)[std::min(m, top(s, t)) - row_lo];
   }
   double* g(std::int64_t s) { return f_.data() + static_cast<std::size_t>(s) * row_size(); }
   const double* g(std::int64_t s) const {
@@ -696,10 +722,9 @@ class BandProgram {
 
   // The first m of (s, t) that the kept band stored (past row_top if none).
   std::int64_t known_from(std::int64_t s, std::int64_t t) const {
-    if (!kept_.present || t > kept_.last[static_cast<std::size_t>(s)]) {
-      return std::numeric_limits<std::int64_t>::max();
-    }
-    return std::max(w(s), total(s, t) - kept_.delta);
+    const auto at = static_cast<std::size_t>(s);
+    if (!kept_.present || t > kept_.last[at]) return std::numeric_limits<std::int64_t>::max();
+    return kept_.start[kept_.pair_base[at] + static_cast<std::size_t>(t - s - 1)];
   }
 
   // Copies the kept band's rows of start point s into this one's, and frees them: a row's stored
@@ -800,8 +825,9 @@ class BandProgram {
     } else {
       const std::size_t rows = static_cast<std::size_t>(from) * size;
       for (std::size_t k = 0; k < 3; ++k) {
-        std::fill_n(f_.begin() + static_cast<std::ptrdiff_t>(k * static_cast<std::size_t>(n_) * size),
-                    rows, kInf);
+        std::fill_n(
+            f_.begin() + static_cast<std::ptrdiff_t>(k * static_cast<std::size_t>(n_) * size), rows,
+            kInf);
       }
       std::fill_n(long_first_.begin(), kSplitLemma ? rows : 0, kInf);
     }
@@ -865,8 +891,9 @@ class BandProgram {
         const auto bound = [&](std::int64_t m) {
           return 2 * inside - knap[static_cast<std::size_t>(m - ws)];
         };
-        // A W-bad state of a stored row costs at least the row's first entry (rows fall with m).
-        const double clamped = long_segment ? 0.0 : r(s, j)[0];
+        // A W-bad state of a stored row costs at least the row's first entry (rows fall with m),
+        // one with no entry at all is infinite.
+        const double clamped = long_segment ? 0.0 : (lo(s, j) <= top(s, j) ? r(s, j)[0] : kInf);
         const auto heavy_bound = [&](std::int64_t m) { return std::max(bound(m), clamped); };
         if (j == n_) {
           double* heavy_row = long_segment ? long_wrow : wrow;
@@ -910,10 +937,11 @@ class BandProgram {
             long_lrow[m] = std::min(long_lrow[m], rest + price);
             if (any_heavy) long_wrow[m] = std::min(long_wrow[m], wrest[m] + price);
           }
-        } else if (split <= capacity_) {
+        } else if (lo(s, j) <= top(s, j) && std::max(split, lo(s, j)) <= capacity_) {
+          // Below the row's first entry the segment is infinite: nothing to lower there.
           const double* segment = r(s, j) - lo(s, j);
-          const std::int64_t seg_end = std::min(capacity_, top(s, j)) + 1;
-          std::int64_t m = split;
+          const std::int64_t seg_end = top(s, j) + 1, first = std::max(split, lo(s, j));
+          std::int64_t m = first;
           for (; m < seg_end; ++m) {
             grow[m] = std::min(grow[m], grest[m] + segment[m]);
             lrow[m] = std::min(lrow[m], lrest[m] + segment[m]);
@@ -923,7 +951,7 @@ class BandProgram {
             grow[m] = std::min(grow[m], grest[m] + flat);
             lrow[m] = std::min(lrow[m], lrest[m] + flat);
           }
-          for (m = split; any_heavy && m <= capacity_; ++m) {
+          for (m = first; any_heavy && m <= capacity_; ++m) {
             wrow[m] = std::min(wrow[m], wrest[m] + segment[std::min(m, seg_end - 1)]);
           }
         }
@@ -1064,6 +1092,7 @@ class BandProgram {
   std::vector<double> time_prefix_, times_;
   std::vector<std::int64_t> last_;  // per s: the last t <= s + L with W(s, t) <= C + delta, or s+1
   std::vector<std::size_t> pair_base_, row_offset_, end_base_;
+  std::vector<std::int64_t> start_;  // per pair: the first m its row stores (find_starts)
   std::size_t pairs_ = 0, entries_ = 0;
   // Of each row, filled with it: R(s, t, top(s, t)), the least value (it only falls with m), and
   // the first m where it is finite (past the top if none).
@@ -1082,7 +1111,8 @@ class BandProgram {
   class Rows {
    public:
     void allocate(std::size_t size) {
-      data_.reset(static_cast<double*>(std::malloc(std::max<std::size_t>(size, 1) * sizeof(double))));
+      data_.reset(
+          static_cast<double*>(std::malloc(std::max<std::size_t>(size, 1) * sizeof(double))));
       if (!data_) throw std::bad_alloc();
       size_ = size;
     }
@@ -1125,6 +1155,7 @@ class BandProgram {
     std::int64_t delta = 0;
     std::vector<std::int64_t> last;
     std::vector<std::size_t> pair_base, row_offset;
+    std::vector<std::int64_t> start;
     std::vector<Rows> chunks;  // emptied as they are taken or copied
   } kept_;
 };
