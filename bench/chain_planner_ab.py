@@ -1,6 +1,7 @@
 """A/B of two builds of the heterogeneous chain planner on the same profiles and budgets.
 
     python3 bench/chain_planner_ab.py OLD_BENCH NEW_BENCH [--label TEXT] [--runs 2] [--out FILE]
+        [--fractions 0.01,0.015,0.02,0.025,0.1]
 
 OLD_BENCH and NEW_BENCH are two `chain_planner_bench` binaries (build one from an older commit
 with `git worktree add`). Each point runs the two alternately, `--runs` times each, in fresh
@@ -50,6 +51,11 @@ def main():
     parser.add_argument("--label", default="")
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--out")
+    parser.add_argument(
+        "--fractions",
+        default=",".join(f"{f:g}" for f in FRACTIONS),
+        help="budgets, as fractions of the total activation bytes",
+    )
     args = parser.parse_args()
     lines = [
         f"# A/B: the band planner {args.label}, 1000 layers x 476 slots",
@@ -61,7 +67,7 @@ def main():
     print("\n".join(lines), flush=True)
     with tempfile.TemporaryDirectory() as directory:
         for seed in SEEDS:
-            for fraction in FRACTIONS:
+            for fraction in [float(f) for f in args.fractions.split(",") if f]:
                 path, budget = profile(directory, seed, fraction)
                 walls = {"old": [], "new": []}
                 seen = {}

@@ -78,7 +78,7 @@
 // are read once per tile rather than once per end point (the fill is bound by memory traffic). The
 // plan is rebuilt by re-evaluating the minimizations, never stored.
 //
-// Three things keep the widening cheap; none changes the objective or the plan:
+// These keep the widening cheap; none changes the objective or the plan:
 //   - A band that holds no schedule at all is never filled: the least m at which each stored
 //     R(s, t, .) is finite follows the recurrence with max for + and min for min, O(n L^2)
 //     integer steps, and G(0, C) is finite exactly when its least m is at most C. Such a band
@@ -88,8 +88,14 @@
 //     and fills only below them; the split search finds the same ends as from scratch, since the
 //     kept part of a row is final and no higher than the rest. Each start point's rows lie in a
 //     block of their own: one laid out alike (its caps and delta changed nothing there) is taken
-//     whole, others are copied into a fresh block. Growing at a few start points thus writes
-//     only their blocks (one large block copied per band took 0.9-1.5 s at 1000 layers).
+//     whole (lengthened in place when only rows follow), others are copied into a fresh block.
+//     Growing at a few start points thus writes only their blocks (one large block copied per
+//     band took 0.9-1.5 s at 1000 layers and a 1% budget).
+//   - A row is stored from its first finite m (find_starts: the least-m recurrence), not from the
+//     band's lower limit: at 1% budgets 35-56% of the band's entries lie below it.
+//   - The rows of F from a start point on depend only on the band from there on: those whose
+//     band did not change are kept (kept_f_from), and with delta full B_W, a bound over no
+//     derivation, is not formed.
 //   - In the F passes, first-pass segments from s longer than the band's by a gap (2 L, at least
 //     tail_gap layers) are priced all at once, as (b) loosened to hold for all of them: a segment
 //     to j' >= J costs at least max(T(s+1..J-1) - K_J + T(s+1..j'-1), 2 T(s+1..j'-1) - K_J - K')
@@ -252,7 +258,8 @@ class BandProgram {
         sizeof(double);
     if (approximate_bytes >= 0x1p63) return std::numeric_limits<std::size_t>::max();
     return entries * sizeof(double) + (pairs + 1) * sizeof(std::size_t) +
-           pairs * 2 * sizeof(Least) + (static_cast<std::size_t>(n_) + 2) * sizeof(std::size_t) +
+           pairs * sizeof(std::int64_t) + pairs * 2 * sizeof(Least) +
+           (static_cast<std::size_t>(n_) + 2) * sizeof(std::size_t) +
            pairs * static_cast<std::size_t>(sample_count()) * sizeof(double) +
            (kFRows * static_cast<std::size_t>(n_) + 10) * row_size() * sizeof(double);
   }
@@ -317,7 +324,7 @@ class BandProgram {
   Verdict solve(bool tight) {
     // Each start point's rows lie together, in a block of their own (see prepare_rows).
     row_offset_.clear();
-    row_offset_.reserve(pairs_ + 1);
+    row_offset_.reserve(pairs_);
     chunk_entries_.assign(static_cast<std::size_t>(n_), 0);
     for (std::int64_t s = 0; s < n_; ++s) {
       std::size_t entries = 0;
@@ -327,7 +334,6 @@ class BandProgram {
       }
       chunk_entries_[static_cast<std::size_t>(s)] = entries;
     }
-    row_offset_.push_back(0);
     prepare_rows();
     least_by_start_.assign(pairs_, Least{});
     least_by_end_.assign(pairs_, Least{});
@@ -361,7 +367,8 @@ class BandProgram {
   // If B_W held, every derivation with a too heavy segment is beaten, so every one not beaten
   // with a too long segment reaches its first one by good segments: at one of these s. At tight
   // budgets these are a few of the start points near the chain's start (where the rest of the
-  // chain is long and G(s, m) large), and only their segments need to grow (a few tens of 1000).
+  // chain is long and G(s, m) large), and only their segments need to grow (2 to 165 of 1000 at
+  // 1-1.5% budgets).
   std::vector<bool> localized() const {
     if (long_first_.empty()) return {};
     const std::size_t size = row_size();
@@ -404,7 +411,8 @@ class BandProgram {
   std::size_t kept_bytes() const {
     std::size_t entries = 0;
     for (const Rows& chunk : kept_.chunks) entries += chunk.size();
-    return entries * sizeof(double) + kept_.last.size() * sizeof(std::int64_t) +
+    return entries * sizeof(double) +
+           (kept_.last.size() + kept_.start.size()) * sizeof(std::int64_t) +
            (kept_.pair_base.size() + kept_.row_offset.size()) * sizeof(std::size_t);
   }
   void forget_kept() { kept_ = Kept{}; }
@@ -582,11 +590,12 @@ class BandProgram {
   }
 
   // Sets up each start point's block of rows, each thread a contiguous share of start points. A
-  // block the kept band laid out the same (the same rows, each from the same m) is taken as it
-  // is: bands widened only at some start points (plan_profile_tuned) leave most blocks so, and
-  // nothing of them is copied or written. Any other block is allocated and written first here,
-  // infinite, then the kept band's rows copied in: a fresh allocation is faulted in on first
-  // touch, which took up to 3 s a band on one thread at 1000 layers and tight budgets.
+  // block whose kept rows this band lays out the same (the same rows, each from the same m) is
+  // taken as it is, lengthened in place when rows follow them: bands widened only at some start
+  // points (plan_profile_tuned) leave most blocks so, and nothing of the kept rows is copied or
+  // written. Any other block is allocated and written first here, infinite, then the kept
+  // band's rows copied in: a fresh allocation is faulted in on first touch, which took up to 3 s
+  // a band on one thread at 1000 layers and tight budgets.
   void prepare_rows() {
     chunks_.clear();
     chunks_.resize(static_cast<std::size_t>(n_));
