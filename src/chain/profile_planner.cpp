@@ -1292,10 +1292,13 @@ ProfilePlan plan_profile_tuned(const ChainProfile& profile, std::int64_t budget_
     if (verdict.heavy_ok && verdict.long_ok) break;
     // A too heavy segment not ruled out. Once the budget is known to be tight, every row takes
     // all its m at once: at 1000 layers and 1-1.5% budgets, doubling delta took up to four bands
-    // where one does. The first time, delta grows fourfold: at 2.5-3%, where a band of every m
-    // costs twice one of a quarter of them and the certificate holds either way, 0.74-0.86 s
-    // rather than 1.0-1.3 s.
-    if (!verdict.heavy_ok) delta = tight || delta > full / 4 ? full : 4 * delta;
+    // where one does. The first time, delta doubles when B_W was within 5% of G (at 3% budgets,
+    // 1% under: the next band holds, and one of every m costs 1.5x as much), and grows fourfold
+    // when it was further under (7-18% at 1.5-2.5%, where doubling took a band more).
+    if (!verdict.heavy_ok) {
+      const std::int64_t growth = program.heavy_bound() < 0.95 * program.best() ? 4 : 2;
+      delta = tight || delta > full / growth ? full : growth * delta;
+    }
     tight = true;
     if (!verdict.long_ok) {
       // Only the segments from the start points where a too long one is not yet ruled out grow,
