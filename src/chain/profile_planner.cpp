@@ -122,8 +122,10 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <exception>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <numeric>
 #include <stdexcept>
@@ -166,7 +168,8 @@ class BandProgram {
         skip_block_(std::max<std::int64_t>(1, tuning.skip_block)),
         threads_(std::max<std::int64_t>(1, tuning.threads)),
         threads_from_(tuning.threads_from),
-        split_lemma_(tuning.split_lemma) {
+        split_lemma_(tuning.split_lemma),
+        fail_block_(tuning.fail_block) {
     // `slots` units of floor(budget / slots) bytes, unless the sizes' common divisor is at least
     // that: then it is the unit, and rounding is exact (tensor sizes share large powers of two).
     for (std::int64_t b : profile.activation_bytes) divisor_ = std::gcd(divisor_, b);
@@ -541,7 +544,8 @@ class BandProgram {
   void fill_rows() {
     const std::int64_t wanted = entries_ >= threads_from_ ? threads_ : 1;
     std::vector<std::atomic<std::int64_t>> done(static_cast<std::size_t>(n_) + 1);
-    const auto fill_share = [&](std::int64_t share, std::int64_t threads) {
+    const auto fill_share = [&](std::int64_t share, std::int64_t threads,
+                                const std::atomic<bool>& failed) {
       std::int64_t first_start = 0;
       for (std::int64_t t0 = 1; t0 <= n_; t0 += kTileEnds) {
         const std::int64_t t1 = std::min(n_, t0 + kTileEnds - 1);
@@ -553,6 +557,8 @@ class BandProgram {
           for (std::int64_t t = std::max(t0, s + 1); t <= t_end; ++t) {
             if (threads > 1) {
               for (int spins = 0; t > s + 1 && below.load(std::memory_order_acquire) < t;) {
+                // The row below will never be done: run_shares rethrows the other share's error.
+                if (failed.load(std::memory_order_acquire)) return;
                 if (++spins > 64) std::this_thread::yield();
               }
             }
@@ -567,26 +573,44 @@ class BandProgram {
     run_shares(wanted, fill_share);
   }
 
-  // Runs work(share, threads) for share = 0 .. threads - 1 on up to `wanted` threads, this one
-  // included. The work is shared out only once it is known how many threads started: one that
-  // cannot be started (a limit on threads) leaves fewer shares, never a share no one does.
+  // Runs work(share, threads, failed) for share = 0 .. threads - 1 on up to `wanted` threads, this
+  // one included. The work is shared out only once it is known how many threads started: one that
+  // cannot be started (a limit on threads) leaves fewer shares, never a share no one does. An
+  // exception in any share (std::bad_alloc for a block of rows) sets `failed`, which a share
+  // waiting on another polls, and is rethrown here once every thread is joined: thrown on a
+  // helper thread, or past one still running, it would end the process (std::terminate).
   template <class Work>
   static void run_shares(std::int64_t wanted, const Work& work) {
     std::atomic<std::int64_t> started{0};
+    std::atomic<bool> failed{false};
+    std::exception_ptr failure;  // the first one, set under failure_lock
+    std::mutex failure_lock;
+    const auto run = [&](std::int64_t share, std::int64_t threads) {
+      try {
+        work(share, threads, failed);
+      } catch (...) {
+        const std::lock_guard<std::mutex> lock(failure_lock);
+        if (!failure) failure = std::current_exception();
+        failed.store(true, std::memory_order_release);
+      }
+    };
     const auto helper = [&](std::int64_t share) {
       std::int64_t threads = 0;
       while ((threads = started.load(std::memory_order_acquire)) == 0) std::this_thread::yield();
-      if (share < threads) work(share, threads);
+      if (share < threads) run(share, threads);
     };
     std::vector<std::thread> helpers;
+    // Reserved first: growing the vector could throw with helpers started and never joined.
+    helpers.reserve(static_cast<std::size_t>(std::max<std::int64_t>(wanted - 1, 0)));
     try {
       for (std::int64_t share = 1; share < wanted; ++share) helpers.emplace_back(helper, share);
     } catch (const std::system_error&) {
     }
     const auto threads = static_cast<std::int64_t>(helpers.size()) + 1;
     started.store(threads, std::memory_order_release);
-    work(0, threads);
+    run(0, threads);
     for (std::thread& h : helpers) h.join();
+    if (failure) std::rethrow_exception(failure);
   }
 
   // Sets up each start point's block of rows, each thread a contiguous share of start points. A
@@ -600,7 +624,7 @@ class BandProgram {
     chunks_.clear();
     chunks_.resize(static_cast<std::size_t>(n_));
     const std::int64_t wanted = entries_ >= threads_from_ ? threads_ : 1;
-    run_shares(wanted, [&](std::int64_t share, std::int64_t threads) {
+    run_shares(wanted, [&](std::int64_t share, std::int64_t threads, const std::atomic<bool>&) {
       std::vector<std::size_t> before(static_cast<std::size_t>(n_) + 1, 0);
       for (std::int64_t s = 0; s < n_; ++s) {
         before[static_cast<std::size_t>(s) + 1] =
@@ -616,6 +640,7 @@ class BandProgram {
       };
       const std::int64_t s0 = start_of(share), s1 = start_of(share + 1);
       for (std::int64_t s = s0; s < s1; ++s) {
+        if (s == fail_block_) throw std::bad_alloc();
         Rows& chunk = chunks_[static_cast<std::size_t>(s)];
         const std::int64_t kept_rows = kept_rows_alike(s);
         if (kept_rows >= 0) {
@@ -1094,6 +1119,7 @@ class BandProgram {
   std::int64_t threads_;      // threads that fill the rows of a band ...
   std::size_t threads_from_;  // ... with at least this many entries
   bool split_lemma_;
+  std::int64_t fail_block_;  // tests only (BandTuning::fail_block)
   std::int64_t unit_ = 1, capacity_ = 0, divisor_ = 0, delta_ = 0;
   std::vector<std::int64_t> caps_;  // per s, the last end point a segment from s may have
   bool exact_ = true;

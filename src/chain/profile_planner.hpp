@@ -27,6 +27,9 @@ struct BandTuning {
   // entries on; plan_profile takes the machine's cores, at most kMaxThreads.
   std::int64_t threads = 1;
   std::size_t threads_from = std::size_t{1} << 21;
+  // Tests only: the start point whose block of rows fails to allocate (std::bad_alloc), on
+  // whichever thread sets it up; -1 for none.
+  std::int64_t fail_block = -1;
 };
 
 // The machine's cores, at most kMaxThreads (1 when unknown).

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <new>
 #include <numeric>
 #include <random>
 #include <string>
@@ -475,6 +476,33 @@ TEST(ProfilePlannerReference, TheSplittingLemmaCertifiesNarrowerBands) {
   }
   EXPECT_GT(fewer, 0);
   EXPECT_EQ(more, 0);
+}
+
+// A block of rows that cannot be allocated, whether on this thread or on a helper, reaches the
+// caller as std::bad_alloc (the Python package's MemoryError). Thrown on a helper thread, or on
+// this one while a helper ran, it ended the process. The planner is whole afterwards.
+TEST(ProfilePlannerReference, AFailedAllocationOnAnyThreadReachesTheCaller) {
+  std::mt19937_64 rng(404);
+  const std::int64_t n = 60;
+  const ChainProfile p = random_profile(rng, n, 1);
+  const std::int64_t budget = total_bytes(p) / 4;
+  detail::BandTuning tuning;
+  tuning.threads = 2;
+  tuning.threads_from = 0;  // two threads however small the band
+  tuning.small_work = 0;
+  // Start point 0 is set up by this thread, the last one by the helper.
+  for (const std::int64_t block : {std::int64_t{0}, n / 2, n - 1}) {
+    tuning.fail_block = block;
+    EXPECT_THROW(detail::plan_profile_tuned(p, budget, 64, kPlannerCap, tuning), std::bad_alloc)
+        << "block " << block;
+  }
+  tuning.fail_block = -1;
+  const auto tuned = [&](const ChainProfile& q, std::int64_t b, std::int64_t k, std::size_t cap,
+                         const ActionSink& sink) {
+    return detail::plan_profile_tuned(q, b, k, cap, tuning, sink);
+  };
+  Outcome band;
+  expect_same_as_full(tuned, p, budget, 64, "after the failures", band);
 }
 
 TEST(ProfilePlannerReference, SameOnTheUnitModel) {
