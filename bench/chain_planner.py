@@ -288,7 +288,8 @@ def write_readme(rows, sweep, args, load):
         if missed:
             lines.append(
                 f"The 2 s target is missed at budget fractions "
-                f"{', '.join(missed)} of this sweep."
+                f"{', '.join(missed)} of this sweep. Where that time goes, band by band, and what"
+                " was tried against it: [tight_budgets.md](tight_budgets.md)."
             )
         lines += [
             "Why pruning does not close that gap, measured on the full table: [density.md]"
