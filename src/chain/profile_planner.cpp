@@ -65,18 +65,20 @@
 // the prefix P makes up for all but the start points near the chain's start: at 1000 layers and
 // 1-1.5% budgets, 2 to 165 of 1000, where growing every start point's segments filled
 // up to twice the rows and took up to three bands more.
+// Where that bound stays far under G at a start point, its segments grow at least to the next
+// output the lemma can split at (kFarUnder).
 //
 // Time: the full program is O(n^3 C / 6). The band has at most n L segments of at most delta + 1
 // entries each, minimized over the splits that (a) leaves: O(n L^2 delta) at worst, far less in
 // practice (the first band, delta = C / 4 + max w and L = 64, is enough unless the budget is
 // within a few times the largest pair of adjacent sizes; then the band widens, up to the full
 // program). Each band also takes the F passes and their knapsacks (see below). Memory: the band's
-// rows and offsets, its rows' samples (one in B = skip_block), 5 n (C + 1) doubles for F, the
-// too long bounds and P, and 10 (C + 1) of scratch rows, accounted before the allocation. Segments
-// are filled in tiles of kTileEnds end points; within a tile by start point downwards, then end
-// point upwards, so both parts of a segment are filled before it and each start point's left parts
-// are read once per tile rather than once per end point (the fill is bound by memory traffic). The
-// plan is rebuilt by re-evaluating the minimizations, never stored.
+// rows and offsets, its rows' samples (one in B = skip_block), 6 n (C + 1) doubles for F (G, B_W,
+// B_L and their least), the too long bounds and P, and 10 (C + 1) of scratch rows, accounted before
+// the allocation. Segments are filled in tiles of kTileEnds end points; within a tile by start
+// point downwards, then end point upwards, so both parts of a segment are filled before it and each
+// start point's left parts are read once per tile rather than once per end point (the fill is bound
+// by memory traffic). The plan is rebuilt by re-evaluating the minimizations, never stored.
 //
 // These keep the widening cheap; none changes the objective or the plan:
 //   - A band that holds no schedule at all is never filled: the least m at which each stored
@@ -155,9 +157,31 @@ constexpr std::int64_t kTileEnds = 16;
 // by half, not double (plan_profile_tuned): at 1000 layers and a 1% budget (seed 2), doubling
 // from 256 to 512 fell short and the next step filled the whole table (11 s); 384, then 576 hold.
 constexpr std::int64_t kLargeBandLength = 256;
-// Rows of C + 1 doubles per start point beside the band: G, B_W, B_L, the bound of a derivation
-// whose first segment is too long (localized), and the cost of the first pass up to s (prefix).
-constexpr std::size_t kFRows = 5;
+// Where the bound on a too long first segment from s stays this far under G(0, C) at some m
+// (localized), the splitting lemma lacks a split: at that m it takes only the u with w_u <= w_s
+// + C - m (F is known only up to C), and segments that stop before the next such u add nothing
+// to it, however much longer. At 1000 layers and a 1% budget (seed 2) that bound from s = 0
+// stayed 24% under G at 256 and 384 layers: w_0 is 13 units, and no output from 149 to 539 is
+// that small; at 540 it passed G. So such a start point's segments grow at least to that u, when
+// it is at most kFarthestReach times their length away (two steps of growth by half): three
+// bands where four were filled, the same plan. Within 5% of G the bounds of the rest of the
+// chain past s, which grow with every band, close the gap at 1-1.5% budgets.
+constexpr double kFarUnder = 0.95;
+constexpr double kFarthestReach = 2.25;
+// Rows of C + 1 doubles per start point beside the band: G, B_W, B_L, the least of the three, the
+// bound of a derivation whose first segment is too long (localized), and the cost of the first
+// pass up to s (prefix).
+constexpr std::size_t kFRows = 6;
+// Of those, the ones fill_f forms (G, B_W, B_L, the least of the three).
+constexpr std::size_t kFormedRows = 4;
+
+// A start point where a derivation whose first too long segment starts is not ruled out
+// (BandProgram::localized).
+struct LongFailure {
+  std::int64_t start;
+  std::int64_t spare_units;  // C - m at the least m where it is not
+  double under;              // the least (its bound) / G(0, C) there
+};
 
 class BandProgram {
  public:
@@ -372,7 +396,7 @@ class BandProgram {
   // budgets these are a few of the start points near the chain's start (where the rest of the
   // chain is long and G(s, m) large), and only their segments need to grow (2 to 165 of 1000 at
   // 1-1.5% budgets).
-  std::vector<bool> localized() const {
+  std::vector<LongFailure> localized() const {
     if (long_first_.empty()) return {};
     const std::size_t size = row_size();
     const double good = g(0)[static_cast<std::size_t>(capacity_)];
@@ -380,34 +404,51 @@ class BandProgram {
     // count as not beaten; more start points found is never wrong, only more work.
     const double beaten_above = (good * (1 + 2 * kMargin) + 4 * slack()) / (1 - 2 * kMargin);
     std::vector<double> prefix(static_cast<std::size_t>(n_) * size, kInf);
-    std::vector<bool> found(static_cast<std::size_t>(n_), false);
+    std::vector<LongFailure> found;
     prefix[static_cast<std::size_t>(capacity_)] = 0;
     for (std::int64_t s = 0; s < n_; ++s) {
       const double* here = prefix.data() + static_cast<std::size_t>(s) * size;
       const double* first = long_first_.data() + static_cast<std::size_t>(s) * size;
       std::int64_t reached_from = capacity_ + 1, reached_to = -1;  // the m with a prefix
+      LongFailure failure{s, -1, kInf};
       for (std::int64_t m = 0; m <= capacity_; ++m) {
         if (here[m] == kInf) continue;
         reached_from = std::min(reached_from, m);
         reached_to = m;
-        found[static_cast<std::size_t>(s)] =
-            found[static_cast<std::size_t>(s)] || here[m] + first[m] <= beaten_above;
+        const double bound = here[m] + first[m];
+        if (bound > beaten_above) continue;
+        if (failure.spare_units < 0) failure.spare_units = capacity_ - m;
+        failure.under = std::min(failure.under, good > 0 ? bound / good : 0.0);
       }
+      if (failure.spare_units >= 0) found.push_back(failure);
       const std::int64_t ws = w(s);
       std::int64_t need = ws;
       for (std::int64_t j = s + 1; j <= last(s) && j < n_ && reached_to >= 0; ++j) {
         need = std::max(need, ws + w(j));
         if (need > reached_to) break;
         double* next = prefix.data() + static_cast<std::size_t>(j) * size - ws;
-        const std::int64_t from = std::max({need, total(s, j) - delta_, reached_from});
+        // Below the row's first entry R(s, j, m) is infinite, past its top flat.
+        const std::int64_t row_lo = lo(s, j), row_top = top(s, j);
+        if (row_lo > row_top) continue;
+        const double* segment = r(s, j) - row_lo;
+        const std::int64_t from = std::max({need, total(s, j) - delta_, reached_from, row_lo});
         for (std::int64_t m = from; m <= reached_to; ++m) {
           // A prefix that alone reaches the bar leads to no start point worth finding.
-          const double cost = here[m] + r_at(s, j, m);
+          const double cost = here[m] + segment[std::min(m, row_top)];
           if (cost < next[m] && cost <= beaten_above) next[m] = cost;
         }
       }
     }
     return found;
+  }
+
+  // The first u past the band's segments from s that the splitting lemma takes at an m with
+  // `spare_units` units under C (w_u <= w_s + spare_units), n when none.
+  std::int64_t next_lemma_split(std::int64_t s, std::int64_t spare_units) const {
+    for (std::int64_t u = last(s) + 1; u < n_; ++u) {
+      if (w(u) <= w(s) + spare_units) return u;
+    }
+    return n_;
   }
 
   // What the rows kept from the last filled band take.
@@ -533,6 +574,14 @@ class BandProgram {
   }
   const double* bl(std::int64_t s) const {
     return f_.data() + static_cast<std::size_t>(2 * n_ + s) * row_size();
+  }
+  // The least of G, B_W and B_L: a lower bound of F(s, m) over every derivation, what the rows
+  // before s read as the rest of theirs (one row read rather than three).
+  double* low(std::int64_t s) {
+    return f_.data() + static_cast<std::size_t>(3 * n_ + s) * row_size();
+  }
+  const double* low(std::int64_t s) const {
+    return f_.data() + static_cast<std::size_t>(3 * n_ + s) * row_size();
   }
 
   // Fills every row. (s, t) needs (s, j) and (j, t) for s < j < t: in a tile of end points,
@@ -854,11 +903,11 @@ class BandProgram {
     // before them are formed again (bands widened near the chain's start redo a third of them).
     const std::int64_t from = kept_f_from<kSplitLemma>(any_bad);
     if (from == n_) {
-      f_.assign(3 * static_cast<std::size_t>(n_) * size, kInf);
+      f_.assign(kFormedRows * static_cast<std::size_t>(n_) * size, kInf);
       long_first_.assign(kSplitLemma ? static_cast<std::size_t>(n_) * size : 0, kInf);
     } else {
       const std::size_t rows = static_cast<std::size_t>(from) * size;
-      for (std::size_t k = 0; k < 3; ++k) {
+      for (std::size_t k = 0; k < kFormedRows; ++k) {
         std::fill_n(
             f_.begin() + static_cast<std::ptrdiff_t>(k * static_cast<std::size_t>(n_) * size), rows,
             kInf);
@@ -945,13 +994,13 @@ class BandProgram {
         const double* grest = g(j) - ws;
         const double* wrest = bw(j) - ws;
         const double* lrest = bl(j) - ws;
+        const double* anyrest = low(j) - ws;
         {
           double* heavy_w = long_segment ? long_wrow : wrow;
           double* heavy_l = long_segment ? long_lrow : lrow;
           for (std::int64_t m = need; m < heavy_end; ++m) {
             const double price = heavy_bound(m);
-            const double rest = std::min({grest[m], wrest[m], lrest[m]});
-            double heavy = rest + price, heavy_long = lrest[m] + price;
+            double heavy = anyrest[m] + price, heavy_long = lrest[m] + price;
             if constexpr (kSplitLemma) {
               // lemma[m]: the splitting lemma's bound over u < j, for the whole derivation
               heavy = std::max(heavy, lemma[static_cast<std::size_t>(m)]);
@@ -967,8 +1016,7 @@ class BandProgram {
         if (long_segment) {
           for (std::int64_t m = split; m <= capacity_; ++m) {
             const double price = bound(m);
-            const double rest = std::min({grest[m], wrest[m], lrest[m]});
-            long_lrow[m] = std::min(long_lrow[m], rest + price);
+            long_lrow[m] = std::min(long_lrow[m], anyrest[m] + price);
             if (any_heavy) long_wrow[m] = std::min(long_wrow[m], wrest[m] + price);
           }
         } else if (lo(s, j) <= top(s, j) && std::max(split, lo(s, j)) <= capacity_) {
@@ -998,6 +1046,8 @@ class BandProgram {
           lrow[m] = std::min(lrow[m], first[m]);
         }
       }
+      double* lower = low(s);
+      for (std::size_t m = 0; m < size; ++m) lower[m] = std::min({grow[m], wrow[m], lrow[m]});
     }
   }
 
@@ -1029,15 +1079,18 @@ class BandProgram {
     const std::int64_t row_lo = lo(s, u), row_top = top(s, u);
     if (row_lo > row_top) return;
     const double* piece = r(s, u) - row_lo;
-    const double* grest = g(u) + wu - ws;
-    const double* wrest = bw(u) + wu - ws;
-    const double* lrest = bl(u) + wu - ws;
+    const double* rest = low(u) + wu - ws;
     const double tau = times_[static_cast<std::size_t>(u)];
     const std::int64_t end = std::min(capacity_, capacity_ + ws - wu);
-    for (std::int64_t m = need; m <= end; ++m) {
-      const double value =
-          piece[std::clamp(m, row_lo, row_top)] + tau + std::min({grest[m], wrest[m], lrest[m]});
-      lemma[m] = std::max(lemma[m], value);
+    // R(s, u, m) is taken at the row's first entry below it (rows fall with m) and at its top
+    // past it (flat there): three runs rather than a clamp at every m.
+    std::int64_t m = need;
+    for (const double below = piece[row_lo]; m <= end && m < row_lo; ++m) {
+      lemma[m] = std::max(lemma[m], below + tau + rest[m]);
+    }
+    for (; m <= end && m <= row_top; ++m) lemma[m] = std::max(lemma[m], piece[m] + tau + rest[m]);
+    for (const double above = piece[row_top]; m <= end; ++m) {
+      lemma[m] = std::max(lemma[m], above + tau + rest[m]);
     }
   }
 
@@ -1064,13 +1117,10 @@ class BandProgram {
         continue;
       }
       add_item(tail.far_knap, tail.next, w(j), times_[static_cast<std::size_t>(j)]);
-      const double* grest = g(j);
-      const double* wrest = bw(j);
-      const double* lrest = bl(j);
+      const double* rest = low(j);
       for (std::size_t c = 0; c < tail.once.size(); ++c) {
-        const double rest = std::min({grest[c], wrest[c], lrest[c]});
-        tail.once[c] = std::min(tail.once[c], before + rest);
-        tail.twice[c] = std::min(tail.twice[c], 2 * before + rest);
+        tail.once[c] = std::min(tail.once[c], before + rest[c]);
+        tail.twice[c] = std::min(tail.twice[c], 2 * before + rest[c]);
       }
     }
   }
@@ -1229,9 +1279,8 @@ BandValues band_values(const ChainProfile& profile, std::int64_t budget_bytes, s
   program.layout(delta, caps);
   program.solve(true);
   BandValues values{program.best(), program.heavy_bound(), program.long_bound(), {}};
-  const std::vector<bool> starts = program.localized();
-  for (std::size_t s = 0; s < starts.size(); ++s) {
-    if (starts[s]) values.localized.push_back(static_cast<std::int64_t>(s));
+  for (const LongFailure& failure : program.localized()) {
+    values.localized.push_back(failure.start);
   }
   return values;
 }
@@ -1330,10 +1379,22 @@ ProfilePlan plan_profile_tuned(const ChainProfile& profile, std::int64_t budget_
       // Only the segments from the start points where a too long one is not yet ruled out grow,
       // when those are known (at 1000 layers and 1-1.5% budgets, a few to 165 start points of
       // 1000, near the chain's start); else every start point's.
-      const std::vector<bool> starts = program.localized();
-      const bool known = std::find(starts.begin(), starts.end(), true) != starts.end();
-      for (std::int64_t s = 0; s < n; ++s) {
-        if (!known || starts[static_cast<std::size_t>(s)]) lengthen(s);
+      const std::vector<LongFailure> failures = program.localized();
+      if (failures.empty()) {
+        for (std::int64_t s = 0; s < n; ++s) lengthen(s);
+      }
+      for (const LongFailure& failure : failures) {
+        const std::int64_t s = failure.start;
+        const std::int64_t length = std::min(caps[static_cast<std::size_t>(s)], n) - s;
+        lengthen(s);
+        // Far under G, the bound lacks a split the lemma can take (see kFarUnder): the segments
+        // from s reach the next one, unless that is further than two steps of growth.
+        if (tuning.reach_lemma_split && failure.under < kFarUnder) {
+          const std::int64_t u = program.next_lemma_split(s, failure.spare_units);
+          std::int64_t& cap = caps[static_cast<std::size_t>(s)];
+          if (u < n && u - s <= kFarthestReach * static_cast<double>(length))
+            cap = std::max(cap, u);
+        }
       }
     }
   }

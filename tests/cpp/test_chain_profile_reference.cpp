@@ -478,6 +478,63 @@ TEST(ProfilePlannerReference, TheSplittingLemmaCertifiesNarrowerBands) {
   EXPECT_EQ(more, 0);
 }
 
+// At budgets of one or two activations the bound on a too long first segment from the chain's
+// start can stay far under the optimum until the band reaches an output no larger than a_0, the
+// only splits the lemma takes there. Reaching it at once fills fewer bands; both ways, and the
+// full program, give the same plan.
+// a_0 of one unit, the outputs of 6 to 12 units but a fifth of one unit, none of those from n/8
+// to 3n/4.
+ChainProfile sparse_light_profile(std::mt19937_64& rng, std::int64_t n) {
+  std::uniform_int_distribution<std::int64_t> heavy(6, 12);
+  std::uniform_real_distribution<double> time(0.5, 2.0), coin(0.0, 1.0);
+  ChainProfile p;
+  p.activation_bytes.push_back(4096);
+  p.forward_time.push_back(0.0);
+  for (std::int64_t i = 1; i <= n; ++i) {
+    const bool gap = i > n / 8 && i < (3 * n) / 4;
+    const bool light = !gap && coin(rng) < 0.2;
+    p.activation_bytes.push_back(4096 * (light ? 1 : heavy(rng)));
+    p.forward_time.push_back(time(rng));
+  }
+  return p;
+}
+
+TEST(ProfilePlannerReference, FarUnderStartPointsReachTheNextLemmaSplit) {
+  std::mt19937_64 rng(6017);
+  int fewer = 0, more = 0, compared = 0;
+  for (int trial = 0; trial < 12; ++trial) {
+    const std::int64_t n = 120 + 10 * trial;
+    const ChainProfile p = sparse_light_profile(rng, n);
+    const std::int64_t least = least_profile_budget(p);
+    for (const double factor : {1.0, 1.5, 2.0, 3.0}) {
+      const auto budget = static_cast<std::int64_t>(static_cast<double>(least) * factor);
+      const std::string where = "trial " + std::to_string(trial) + " n " + std::to_string(n) +
+                                " factor " + std::to_string(factor);
+      std::int64_t bands[2] = {0, 0};
+      for (const bool reach : {false, true}) {
+        detail::BandTuning tuning;
+        tuning.reach_lemma_split = reach;
+        tuning.first_max_length = 8;
+        tuning.small_work = 0;
+        tuning.threads = 2;
+        const auto tuned = [&](const ChainProfile& q, std::int64_t b, std::int64_t k,
+                               std::size_t cap, const ActionSink& sink) {
+          return detail::plan_profile_tuned(q, b, k, cap, tuning, sink);
+        };
+        Outcome band;
+        expect_same_as_full(tuned, p, budget, 120, where, band);
+        bands[reach ? 1 : 0] = band.plan.bands;
+      }
+      ++compared;
+      fewer += bands[1] < bands[0] ? 1 : 0;
+      more += bands[1] > bands[0] ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(compared, 48);
+  EXPECT_GT(fewer, 0);  // 2 of 48 (n = 180 at 2x and 3x the least budget)
+  EXPECT_EQ(more, 0);
+}
+
 // A block of rows that cannot be allocated, whether on this thread or on a helper, reaches the
 // caller as std::bad_alloc (the Python package's MemoryError). Thrown on a helper thread, or on
 // this one while a helper ran, it ended the process. The planner is whole afterwards.
