@@ -43,6 +43,13 @@
 //       At tight budgets, where optimal first-pass segments are hundreds of layers long, (b)
 //       stays 20-25% under the optimum and the band grew to the full table; (c) certifies a
 //       band of 256 (1000 layers, 1% of the activation bytes, seeds 1 and 3).
+//       The rest, F(u, m - w_s + w_u), lies past C where w_u > w_s + C - m (at m = C, every u
+//       with an output larger than a_s). There it is bounded from the rows up to C alone
+//       (past, lower_past): a first-pass segment (u, j) with c + w_u units is priced by (b),
+//       whose knapsack beside a_u gets c units, and the rest of the derivation has c units, so
+//       F(u, c + w_u) >= min_j 2 T(u+1..j-1) - K(c) + min(G, B_W, B_L)(j, c). Only the c past
+//       C - w_u are formed. At 1000 layers and a 1.5% budget (seed 2) this certified the band
+//       of 256 layers where one of 384 was needed before (B_L 0.7% under G without it).
 // F is computed three times in one pass: on good segments only (G, the candidate, with the same
 // arithmetic as the full program), and as lower bounds B_W and B_L over the derivations with at
 // least one too-heavy (W(s, t) > m + delta) and at least one too-long (t > cap(s)) first-pass
@@ -168,12 +175,13 @@ constexpr std::int64_t kLargeBandLength = 256;
 // chain past s, which grow with every band, close the gap at 1-1.5% budgets.
 constexpr double kFarUnder = 0.95;
 constexpr double kFarthestReach = 2.25;
-// Rows of C + 1 doubles per start point beside the band: G, B_W, B_L, the least of the three, the
-// bound of a derivation whose first segment is too long (localized), and the cost of the first
-// pass up to s (prefix).
-constexpr std::size_t kFRows = 6;
-// Of those, the ones fill_f forms (G, B_W, B_L, the least of the three).
-constexpr std::size_t kFormedRows = 4;
+// Rows of C + 1 doubles per start point beside the band: G, B_W, B_L, the least of the three, a
+// bound of F past C (past), the bound of a derivation whose first segment is too long
+// (localized), and the cost of the first pass up to s (prefix).
+constexpr std::size_t kFRows = 7;
+// Of those, the ones fill_f forms (G, B_W, B_L, the least of the three, and the bound of F past
+// C that the splitting lemma reads).
+constexpr std::size_t kFormedRows = 5;
 
 // A start point where a derivation whose first too long segment starts is not ruled out
 // (BandProgram::localized).
@@ -451,6 +459,14 @@ class BandProgram {
     return n_;
   }
 
+  // Every start point's row of past (fill_f; formed for c past C - w_s), for the tests; empty
+  // when not formed.
+  std::vector<double> past_rows() const {
+    if (!past_formed_) return {};
+    const double* from = past(0);
+    return std::vector<double>(from, from + static_cast<std::size_t>(n_) * row_size());
+  }
+
   // What the rows kept from the last filled band take.
   std::size_t kept_bytes() const {
     std::size_t entries = 0;
@@ -582,6 +598,13 @@ class BandProgram {
   }
   const double* low(std::int64_t s) const {
     return f_.data() + static_cast<std::size_t>(3 * n_ + s) * row_size();
+  }
+  // past(u)[c]: a lower bound of F(u, c + w_u) past C (c in C - w_u + 1 .. C; see lower_past).
+  double* past(std::int64_t s) {
+    return f_.data() + static_cast<std::size_t>(4 * n_ + s) * row_size();
+  }
+  const double* past(std::int64_t s) const {
+    return f_.data() + static_cast<std::size_t>(4 * n_ + s) * row_size();
   }
 
   // Fills every row. (s, t) needs (s, j) and (j, t) for s < j < t: in a tile of end points,
@@ -915,6 +938,7 @@ class BandProgram {
       std::fill_n(long_first_.begin(), kSplitLemma ? rows : 0, kInf);
     }
     f_formed_ = {kSplitLemma, any_bad, delta_, last_, caps_};
+    past_formed_ = kSplitLemma && any_bad;
     // With delta full no segment is too heavy: B_W, a bound over no derivation, stays infinite.
     const bool any_heavy = delta_ < full_delta();
     std::vector<double> knap(size), next(size);
@@ -938,13 +962,22 @@ class BandProgram {
       double* long_lrow = kSplitLemma ? long_l.data() : lrow;
       const std::int64_t ws = w(s);
       std::fill(knap.begin(), knap.end(), 0.0);
+      // The lemma reads past(s) only when it is formed, and only some segment is bad then.
+      const bool form_past = kSplitLemma && any_bad;
+      double* beyond = past(s);
       std::int64_t need = ws;
-      for (std::int64_t j = s + 1; j <= n_; ++j) {
+      std::int64_t j = s + 1;
+      bool stopped_by_need = false;
+      for (; j <= n_; ++j) {
         if (j < n_) need = std::max(need, ws + w(j));
-        if (need > capacity_) break;
+        if (need > capacity_) {
+          stopped_by_need = true;
+          break;
+        }
         if (any_bad && j - 1 > s) {
           add_item(knap, next, w(j - 1), times_[static_cast<std::size_t>(j - 1)]);
         }
+        if (form_past) lower_past(s, j, tail_start, knap, beyond);
         if (j >= tail_start) {
           // Segments s..j' for every j' >= j at once, by (b) loosened to be the same for all.
           // Their knapsack is at most this one's plus T(j..j'-1), and at most this one's plus
@@ -1011,7 +1044,7 @@ class BandProgram {
           }
         }
         if constexpr (kSplitLemma) {
-          if (!long_segment) split_bound(s, j, need, lemma.data());
+          if (!long_segment) split_bound(s, j, need, form_past, lemma.data());
         }
         if (long_segment) {
           for (std::int64_t m = split; m <= capacity_; ++m) {
@@ -1037,6 +1070,14 @@ class BandProgram {
             wrow[m] = std::min(wrow[m], wrest[m] + segment[std::min(m, seg_end - 1)]);
           }
         }
+      }
+      // past(s) also takes the segments that need more than C units: with C + w_s they fit as
+      // long as none of their outputs is over C.
+      for (; form_past && stopped_by_need && j <= n_; ++j) {
+        if (j < n_ && w(j) > capacity_) break;
+        if (j - 1 > s) add_item(knap, next, w(j - 1), times_[static_cast<std::size_t>(j - 1)]);
+        lower_past(s, j, tail_start, knap, beyond);
+        if (j >= tail_start) break;  // its floor holds every longer segment
       }
       if constexpr (kSplitLemma) {
         double* first = long_first_.data() + static_cast<std::size_t>(s) * size;
@@ -1070,28 +1111,56 @@ class BandProgram {
     return from;
   }
 
+  // Lowers past(s)[c], the bound of F(s, c + w_s), by the first-pass segments (s, j): (b) prices
+  // (s, j) at c + w_s units by the knapsack beside a_s within c units, and the rest of such a
+  // derivation has c units, where the rows of F are known (low(j)[c]). From tail_start on, every
+  // longer segment at once: (b) grows with the end point, and a rest costs at least 0. Only the c
+  // past C - w_s are formed: the lemma reads past(s) only where c + w_s is past C.
+  void lower_past(std::int64_t s, std::int64_t j, std::int64_t tail_start,
+                  const std::vector<double>& knap, double* beyond) const {
+    const double twice_inside = 2 * time(s + 1, j - 1);
+    const auto first = static_cast<std::size_t>(std::max<std::int64_t>(0, capacity_ - w(s) + 1));
+    if (j == n_ || j >= tail_start) {
+      for (std::size_t c = first; c < knap.size(); ++c) {
+        beyond[c] = std::min(beyond[c], twice_inside - knap[c]);
+      }
+      return;
+    }
+    const double* rest = low(j);
+    for (std::size_t c = first; c < knap.size(); ++c) {
+      beyond[c] = std::min(beyond[c], twice_inside - knap[c] + rest[c]);
+    }
+  }
+
   // The splitting lemma (c): a derivation whose first segment (s, t) runs past the band costs at
   // least R(s, u, m) + tau_u + F(u, m - w_s + w_u) for every stored u, since F(u, m - w_s + w_u)
   // <= R(u, t, m - w_s + w_u) + F(t, m - w_s), the rest of that derivation. u is taken where
   // m - w_s + w_u <= C (F is known only there). Raises lemma[m] to that bound for this u.
-  void split_bound(std::int64_t s, std::int64_t u, std::int64_t need, double* lemma) const {
+  void split_bound(std::int64_t s, std::int64_t u, std::int64_t need, bool with_past,
+                   double* lemma) const {
     const std::int64_t ws = w(s), wu = w(u);
     const std::int64_t row_lo = lo(s, u), row_top = top(s, u);
     if (row_lo > row_top) return;
     const double* piece = r(s, u) - row_lo;
-    const double* rest = low(u) + wu - ws;
     const double tau = times_[static_cast<std::size_t>(u)];
+    // lemma[m] >= R(s, u, m) + tau + rest[m] for m in [from, to], R(s, u, m) taken at the row's
+    // first entry below it (rows fall with m) and at its top past it (flat there): three runs
+    // rather than a clamp at every m.
+    const auto raise = [&](const double* rest, std::int64_t from, std::int64_t to) {
+      std::int64_t m = from;
+      for (const double below = piece[row_lo]; m <= to && m < row_lo; ++m) {
+        lemma[m] = std::max(lemma[m], below + tau + rest[m]);
+      }
+      for (; m <= to && m <= row_top; ++m) lemma[m] = std::max(lemma[m], piece[m] + tau + rest[m]);
+      for (const double above = piece[row_top]; m <= to; ++m) {
+        lemma[m] = std::max(lemma[m], above + tau + rest[m]);
+      }
+    };
     const std::int64_t end = std::min(capacity_, capacity_ + ws - wu);
-    // R(s, u, m) is taken at the row's first entry below it (rows fall with m) and at its top
-    // past it (flat there): three runs rather than a clamp at every m.
-    std::int64_t m = need;
-    for (const double below = piece[row_lo]; m <= end && m < row_lo; ++m) {
-      lemma[m] = std::max(lemma[m], below + tau + rest[m]);
-    }
-    for (; m <= end && m <= row_top; ++m) lemma[m] = std::max(lemma[m], piece[m] + tau + rest[m]);
-    for (const double above = piece[row_top]; m <= end; ++m) {
-      lemma[m] = std::max(lemma[m], above + tau + rest[m]);
-    }
+    raise(low(u) + wu - ws, need, end);
+    // Past C, F(u, m - w_s + w_u) by past(u)[m - w_s] (lower_past): every u serves at every m,
+    // where low(u) serves only those no larger than a_s at m = C.
+    if (with_past) raise(past(u) - ws, std::max(need, end + 1), capacity_);
   }
 
   // The segments priced together (fill_f): those ending at `from` and after.
@@ -1234,6 +1303,7 @@ class BandProgram {
   // With the splitting lemma (fill_f<true>): per s, the bound of a derivation from (s, m) whose
   // first segment is too long (not too heavy), for localized().
   std::vector<double> long_first_;
+  bool past_formed_ = false;  // whether fill_f formed the rows of past
   // The band filled before this one (a narrower one: bands only widen), while this one is filled.
   struct Kept {
     bool present = false;
@@ -1278,10 +1348,11 @@ BandValues band_values(const ChainProfile& profile, std::int64_t budget_bytes, s
   BandProgram program(profile, budget_bytes, slots, tuning);
   program.layout(delta, caps);
   program.solve(true);
-  BandValues values{program.best(), program.heavy_bound(), program.long_bound(), {}};
+  BandValues values{program.best(), program.heavy_bound(), program.long_bound(), {}, {}};
   for (const LongFailure& failure : program.localized()) {
     values.localized.push_back(failure.start);
   }
+  values.past = program.past_rows();
   return values;
 }
 

@@ -45,6 +45,9 @@ std::int64_t default_threads();
 struct BandValues {
   double good, heavy, long_;
   std::vector<std::int64_t> localized;
+  // Per start point s, C + 1 entries: the bound of F(s, c + w_s) that the splitting lemma reads
+  // past C, formed for c = C - w_s + 1 .. C (empty when the band has no bad segment).
+  std::vector<double> past;
 };
 BandValues band_values(const ChainProfile& profile, std::int64_t budget_bytes, std::int64_t slots,
                        std::int64_t delta, const std::vector<std::int64_t>& caps,

@@ -231,7 +231,7 @@ TEST(ProfilePlannerReference, BandBoundsAreLowerBounds) {
   constexpr double kInfinity = std::numeric_limits<double>::infinity();
   std::mt19937_64 rng(4016);
   int heavy_checked = 0, long_checked = 0, some_localized = 0, fewer_localized = 0;
-  std::int64_t lemma_checked = 0;
+  std::int64_t lemma_checked = 0, past_checked = 0;
   for (int trial = 0; trial < 240; ++trial) {
     const int kind = std::vector<int>{0, 2, 3}[trial % 3];  // sizes with small units
     const auto n = 2 + static_cast<std::int64_t>(rng() % 22);
@@ -251,17 +251,20 @@ TEST(ProfilePlannerReference, BandBoundsAreLowerBounds) {
       for (std::int64_t i = a; i <= b; ++i) sum += p.forward_time[static_cast<std::size_t>(i)];
       return sum;
     };
-    // R[s][t][m] by the planner's recurrence, every state.
+    // R[s][t][m] by the planner's recurrence, every state, up to the largest size past C (the
+    // band bounds F there too: past).
     const auto size = static_cast<std::size_t>(capacity) + 1;
+    const std::int64_t widest = capacity + *std::max_element(w.begin(), w.end());
     std::vector<std::vector<std::vector<double>>> r(
         static_cast<std::size_t>(n) + 1,
-        std::vector<std::vector<double>>(static_cast<std::size_t>(n) + 1,
-                                         std::vector<double>(size, kInfinity)));
+        std::vector<std::vector<double>>(
+            static_cast<std::size_t>(n) + 1,
+            std::vector<double>(static_cast<std::size_t>(widest) + 1, kInfinity)));
     for (std::int64_t length = 1; length <= n; ++length) {
       for (std::int64_t s = 0; s + length <= n; ++s) {
         const std::int64_t t = s + length;
         auto& row = r[static_cast<std::size_t>(s)][static_cast<std::size_t>(t)];
-        for (std::int64_t m = 0; m <= capacity; ++m) {
+        for (std::int64_t m = 0; m <= widest; ++m) {
           if (length == 1) {
             row[static_cast<std::size_t>(m)] = w[s] <= m ? 0 : kInfinity;
             continue;
@@ -358,6 +361,39 @@ TEST(ProfilePlannerReference, BandBoundsAreLowerBounds) {
     tuning.threads = 1 + trial % 2;
     tuning.threads_from = 0;
     const auto band = detail::band_values(p, capacity * unit, capacity * unit, delta, caps, tuning);
+    // past(s)[c] is at most F(s, c + w_s), the least first pass from s with that much, past C.
+    if (!band.past.empty()) {
+      std::vector<std::vector<double>> first_pass(
+          static_cast<std::size_t>(n) + 1,
+          std::vector<double>(static_cast<std::size_t>(widest) + 1, kInfinity));
+      for (std::int64_t s = n - 1; s >= 0; --s) {
+        for (std::int64_t m = 0; m <= widest; ++m) {
+          std::int64_t need = w[s];
+          double& least_here = first_pass[static_cast<std::size_t>(s)][static_cast<std::size_t>(m)];
+          for (std::int64_t j = s + 1; j <= n; ++j) {
+            if (j < n) need = std::max(need, w[s] + w[j]);
+            if (need > m) break;
+            const double rest =
+                j == n
+                    ? 0.0
+                    : first_pass[static_cast<std::size_t>(j)][static_cast<std::size_t>(m - w[s])];
+            least_here = std::min(least_here, at(s, j, m) + rest);
+          }
+        }
+      }
+      for (std::int64_t s = 0; s < n; ++s) {
+        for (std::int64_t c = std::max<std::int64_t>(0, capacity - w[s] + 1);
+             c <= capacity && c + w[s] <= widest; ++c) {
+          const double bound =
+              band.past[static_cast<std::size_t>(s) * size + static_cast<std::size_t>(c)];
+          const double least_here =
+              first_pass[static_cast<std::size_t>(s)][static_cast<std::size_t>(c + w[s])];
+          if (least_here < kInfinity) ++past_checked;
+          EXPECT_LE(bound, least_here * (1 + 1e-12) + 1e-12)
+              << "past, trial " << trial << " s " << s << " c " << c;
+        }
+      }
+    }
     const double best_heavy = heavy[0][static_cast<std::size_t>(capacity)];
     const double best_long = longer[0][static_cast<std::size_t>(capacity)];
     const std::string where = "trial " + std::to_string(trial) + " n " + std::to_string(n) +
@@ -417,6 +453,7 @@ TEST(ProfilePlannerReference, BandBoundsAreLowerBounds) {
   EXPECT_GT(some_localized, 20);   // start points that must grow, found
   EXPECT_GT(fewer_localized, 20);  // and not every start point's segments grow
   EXPECT_GT(lemma_checked, 100000);
+  EXPECT_GT(past_checked, 10000);
 }
 
 // Chains shaped like the benchmark's (bench/make_chain_profile.py): blocks of a normalization, a
