@@ -284,7 +284,9 @@ def write_readme(rows, sweep, args, load):
             "the F rows past the last start point that changed are kept. Where the bound at a start",
             "point stays more than 5% under the optimum, its segments reach at once the next output",
             "the splitting lemma can split at (kFarUnder: on seed 2 at 1%, from 256 layers to 540,",
-            "three bands where four were filled). The system column is the",
+            "three bands where four were filled), and the lemma's bound reads F past the budget from",
+            "the rows within it (a first segment priced by (b), the rest of the derivation known:",
+            "seed 2 at 1.5%, three bands where four were filled). The system column is the",
             "kernel faulting fresh memory in (this machine is a VM, where a first touch costs",
             "1-2.5 s a GB, as measured here).",
         ]
@@ -294,9 +296,14 @@ def write_readme(rows, sweep, args, load):
                 f"{', '.join(missed)} of this sweep. Where that time goes, band by band, and what"
                 " was tried against it: [tight_budgets.md](tight_budgets.md)."
             )
+        else:
+            lines.append(
+                "The slowest points, band by band, and what was tried against them:"
+                " [tight_budgets.md](tight_budgets.md)."
+            )
         lines += [
-            "Why pruning does not close that gap, measured on the full table: [density.md]"
-            "(density.md) (`bench/chain_density.py`).",
+            "Why pruning the splits alone could not bring those points under 2 s, measured on the"
+            " full table: [density.md](density.md) (`bench/chain_density.py`).",
         ]
     lines += [
         "",
