@@ -479,6 +479,28 @@ ChainProfile block_profile(std::mt19937_64& rng, std::int64_t n) {
   return p;
 }
 
+// The bands plan_profile_tuned fills on 120 slots with one feature of the tuning off, then on
+// (set_feature), each run checked against the full program.
+struct BandsOffOn {
+  std::int64_t off, on;
+};
+template <class SetFeature>
+BandsOffOn bands_off_on(const ChainProfile& p, std::int64_t budget, const std::string& where,
+                        detail::BandTuning tuning, const SetFeature& set_feature) {
+  BandsOffOn bands{0, 0};
+  for (const bool on : {false, true}) {
+    set_feature(tuning, on);
+    const auto tuned = [&](const ChainProfile& q, std::int64_t b, std::int64_t k, std::size_t cap,
+                           const ActionSink& sink) {
+      return detail::plan_profile_tuned(q, b, k, cap, tuning, sink);
+    };
+    Outcome band;
+    expect_same_as_full(tuned, p, budget, 120, where, band);
+    (on ? bands.on : bands.off) = band.plan.bands;
+  }
+  return bands;
+}
+
 // At budgets of a few activations, optimal first-pass segments are long: the bounds of (b) alone
 // stay far under the optimum and the band widens towards the full table, while the splitting
 // lemma certifies narrower bands. Both give the full program's plan.
@@ -493,32 +515,19 @@ TEST(ProfilePlannerReference, TheSplittingLemmaCertifiesNarrowerBands) {
       const auto budget = static_cast<std::int64_t>(static_cast<double>(total) * fraction);
       const std::string where = "trial " + std::to_string(trial) + " n " + std::to_string(n) +
                                 " fraction " + std::to_string(fraction);
-      std::int64_t bands[2] = {0, 0};
-      for (const bool lemma : {false, true}) {
-        detail::BandTuning tuning;
-        tuning.split_lemma = lemma;
-        tuning.small_work = 0;
-        tuning.threads = 2;
-        const auto tuned = [&](const ChainProfile& q, std::int64_t b, std::int64_t k,
-                               std::size_t cap, const ActionSink& sink) {
-          return detail::plan_profile_tuned(q, b, k, cap, tuning, sink);
-        };
-        Outcome band;
-        expect_same_as_full(tuned, p, budget, 120, where, band);
-        bands[lemma ? 1 : 0] = band.plan.bands;
-      }
-      fewer += bands[1] < bands[0] ? 1 : 0;
-      more += bands[1] > bands[0] ? 1 : 0;
+      detail::BandTuning tuning;
+      tuning.small_work = 0;
+      tuning.threads = 2;
+      const BandsOffOn bands = bands_off_on(
+          p, budget, where, tuning, [](detail::BandTuning& t, bool on) { t.split_lemma = on; });
+      fewer += bands.on < bands.off ? 1 : 0;
+      more += bands.on > bands.off ? 1 : 0;
     }
   }
   EXPECT_GT(fewer, 0);
   EXPECT_EQ(more, 0);
 }
 
-// At budgets of one or two activations the bound on a too long first segment from the chain's
-// start can stay far under the optimum until the band reaches an output no larger than a_0, the
-// only splits the lemma takes there. Reaching it at once fills fewer bands; both ways, and the
-// full program, give the same plan.
 // a_0 of one unit, the outputs of 6 to 12 units but a fifth of one unit, none of those from n/8
 // to 3n/4.
 ChainProfile sparse_light_profile(std::mt19937_64& rng, std::int64_t n) {
@@ -536,6 +545,10 @@ ChainProfile sparse_light_profile(std::mt19937_64& rng, std::int64_t n) {
   return p;
 }
 
+// At budgets of one or two activations the bound on a too long first segment from the chain's
+// start can stay far under the optimum until the band reaches an output no larger than a_0, the
+// only splits the lemma takes there. Reaching it at once fills fewer bands; both ways, and the
+// full program, give the same plan.
 TEST(ProfilePlannerReference, FarUnderStartPointsReachTheNextLemmaSplit) {
   std::mt19937_64 rng(6017);
   int fewer = 0, more = 0, compared = 0;
@@ -547,24 +560,16 @@ TEST(ProfilePlannerReference, FarUnderStartPointsReachTheNextLemmaSplit) {
       const auto budget = static_cast<std::int64_t>(static_cast<double>(least) * factor);
       const std::string where = "trial " + std::to_string(trial) + " n " + std::to_string(n) +
                                 " factor " + std::to_string(factor);
-      std::int64_t bands[2] = {0, 0};
-      for (const bool reach : {false, true}) {
-        detail::BandTuning tuning;
-        tuning.reach_lemma_split = reach;
-        tuning.first_max_length = 8;
-        tuning.small_work = 0;
-        tuning.threads = 2;
-        const auto tuned = [&](const ChainProfile& q, std::int64_t b, std::int64_t k,
-                               std::size_t cap, const ActionSink& sink) {
-          return detail::plan_profile_tuned(q, b, k, cap, tuning, sink);
-        };
-        Outcome band;
-        expect_same_as_full(tuned, p, budget, 120, where, band);
-        bands[reach ? 1 : 0] = band.plan.bands;
-      }
+      detail::BandTuning tuning;
+      tuning.first_max_length = 8;
+      tuning.small_work = 0;
+      tuning.threads = 2;
+      const BandsOffOn bands =
+          bands_off_on(p, budget, where, tuning,
+                       [](detail::BandTuning& t, bool on) { t.reach_lemma_split = on; });
       ++compared;
-      fewer += bands[1] < bands[0] ? 1 : 0;
-      more += bands[1] > bands[0] ? 1 : 0;
+      fewer += bands.on < bands.off ? 1 : 0;
+      more += bands.on > bands.off ? 1 : 0;
     }
   }
   EXPECT_EQ(compared, 48);
