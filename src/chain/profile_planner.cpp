@@ -73,7 +73,7 @@
 // 1-1.5% budgets, 2 to 165 of 1000, where growing every start point's segments filled
 // up to twice the rows and took up to three bands more.
 // Where that bound stays far under G at a start point, its segments grow at least to the next
-// output the lemma can split at (kFarUnder).
+// output the lemma can split at (kFarUnder), and fourfold when very far under (kVeryFarUnder).
 //
 // Time: the full program is O(n^3 C / 6). The band has at most n L segments of at most delta + 1
 // entries each, minimized over the splits that (a) leaves: O(n L^2 delta) at worst, far less in
@@ -175,6 +175,12 @@ constexpr std::int64_t kLargeBandLength = 256;
 // chain past s, which grow with every band, close the gap at 1-1.5% budgets.
 constexpr double kFarUnder = 0.95;
 constexpr double kFarthestReach = 2.25;
+// Where it stays more than 20% under G, segments shorter than kLargeBandLength grow fourfold, not
+// double: the stored part of a too long segment, which the lemma prices, grows faster than its
+// length, and at 1000 layers and a 1% budget (seed 2) the bound from s = 0 went from 28% under
+// at 128 layers to 5.5% under at 256 and needed 540; at 512, reached at once, it holds (two
+// bands where three were filled, the same plan).
+constexpr double kVeryFarUnder = 0.8;
 // Rows of C + 1 doubles per start point beside the band: G, B_W, B_L, the least of the three, a
 // bound of F past C (past), the bound of a derivation whose first segment is too long
 // (localized), and the cost of the first pass up to s (prefix).
@@ -1458,13 +1464,19 @@ ProfilePlan plan_profile_tuned(const ChainProfile& profile, std::int64_t budget_
         const std::int64_t s = failure.start;
         const std::int64_t length = std::min(caps[static_cast<std::size_t>(s)], n) - s;
         lengthen(s);
+        if (!tuning.far_under_growth) continue;
+        std::int64_t& cap = caps[static_cast<std::size_t>(s)];
+        // Very far under G, short segments grow fourfold (see kVeryFarUnder).
+        if (failure.under < kVeryFarUnder && length < kLargeBandLength) {
+          cap = std::max(cap, std::min(n, s + 4 * length));
+        }
         // Far under G, the bound lacks a split the lemma can take (see kFarUnder): the segments
         // from s reach the next one, unless that is further than two steps of growth.
-        if (tuning.reach_lemma_split && failure.under < kFarUnder) {
+        if (failure.under < kFarUnder) {
           const std::int64_t u = program.next_lemma_split(s, failure.spare_units);
-          std::int64_t& cap = caps[static_cast<std::size_t>(s)];
-          if (u < n && u - s <= kFarthestReach * static_cast<double>(length))
+          if (u < n && u - s <= kFarthestReach * static_cast<double>(length)) {
             cap = std::max(cap, u);
+          }
         }
       }
     }

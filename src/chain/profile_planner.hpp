@@ -23,9 +23,10 @@ struct BandTuning {
   double small_work = 2e7;  // up to this much work (n^3 C / 6) the full program runs at once
   // The splitting lemma's bounds in the certificate (see fill_f); off only to show what they save.
   bool split_lemma = true;
-  // Far under G, a start point's segments reach the next split the lemma can take (kFarUnder in
-  // profile_planner.cpp); off only to show what that saves.
-  bool reach_lemma_split = true;
+  // Far under G, a start point's segments grow more: to the next split the lemma can take, and
+  // fourfold when very far under (kFarUnder, kVeryFarUnder in profile_planner.cpp); off only to
+  // show what that saves.
+  bool far_under_growth = true;
   // Threads that fill a band's rows (the same values with any number), used from this many
   // entries on; plan_profile takes the machine's cores, at most kMaxThreads.
   std::int64_t threads = 1;

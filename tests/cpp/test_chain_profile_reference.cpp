@@ -547,8 +547,8 @@ ChainProfile sparse_light_profile(std::mt19937_64& rng, std::int64_t n) {
 
 // At budgets of one or two activations the bound on a too long first segment from the chain's
 // start can stay far under the optimum until the band reaches an output no larger than a_0, the
-// only splits the lemma takes there. Reaching it at once fills fewer bands; both ways, and the
-// full program, give the same plan.
+// only splits the lemma takes there. Reaching it at once (and growing short segments fourfold
+// when very far under) fills fewer bands; both ways, and the full program, give the same plan.
 TEST(ProfilePlannerReference, FarUnderStartPointsReachTheNextLemmaSplit) {
   std::mt19937_64 rng(6017);
   int fewer = 0, more = 0, compared = 0;
@@ -566,7 +566,7 @@ TEST(ProfilePlannerReference, FarUnderStartPointsReachTheNextLemmaSplit) {
       tuning.threads = 2;
       const BandsOffOn bands =
           bands_off_on(p, budget, where, tuning,
-                       [](detail::BandTuning& t, bool on) { t.reach_lemma_split = on; });
+                       [](detail::BandTuning& t, bool on) { t.far_under_growth = on; });
       ++compared;
       fewer += bands.on < bands.off ? 1 : 0;
       more += bands.on > bands.off ? 1 : 0;
