@@ -944,7 +944,9 @@ class BandProgram {
       std::fill_n(long_first_.begin(), kSplitLemma ? rows : 0, kInf);
     }
     f_formed_ = {kSplitLemma, any_bad, delta_, last_, caps_};
+    // The lemma reads past only when it is formed, and only some segment is bad then.
     past_formed_ = kSplitLemma && any_bad;
+    const bool form_past = past_formed_;
     // With delta full no segment is too heavy: B_W, a bound over no derivation, stays infinite.
     const bool any_heavy = delta_ < full_delta();
     std::vector<double> knap(size), next(size);
@@ -968,8 +970,6 @@ class BandProgram {
       double* long_lrow = kSplitLemma ? long_l.data() : lrow;
       const std::int64_t ws = w(s);
       std::fill(knap.begin(), knap.end(), 0.0);
-      // The lemma reads past(s) only when it is formed, and only some segment is bad then.
-      const bool form_past = kSplitLemma && any_bad;
       double* beyond = past(s);
       std::int64_t need = ws;
       std::int64_t j = s + 1;

@@ -327,12 +327,13 @@ TEST(ProfilePlannerReference, BandBoundsAreLowerBounds) {
       return std::min(t, caps[static_cast<std::size_t>(s)]);
     };
     // Least costs of the rest of the first pass from (s, m): any, with a too heavy segment, with
-    // a too long one that is not too heavy.
-    std::vector<std::vector<double>> any(static_cast<std::size_t>(n) + 1,
-                                         std::vector<double>(size, kInfinity));
+    // a too long one that is not too heavy; up to the largest size past C, as R (past below).
+    std::vector<std::vector<double>> any(
+        static_cast<std::size_t>(n) + 1,
+        std::vector<double>(static_cast<std::size_t>(widest) + 1, kInfinity));
     auto heavy = any, longer = any;
     for (std::int64_t s = n - 1; s >= 0; --s) {
-      for (std::int64_t m = 0; m <= capacity; ++m) {
+      for (std::int64_t m = 0; m <= widest; ++m) {
         std::int64_t need = w[s];
         for (std::int64_t j = s + 1; j <= n; ++j) {
           if (j < n) need = std::max(need, w[s] + w[j]);
@@ -363,31 +364,13 @@ TEST(ProfilePlannerReference, BandBoundsAreLowerBounds) {
     const auto band = detail::band_values(p, capacity * unit, capacity * unit, delta, caps, tuning);
     // past(s)[c] is at most F(s, c + w_s), the least first pass from s with that much, past C.
     if (!band.past.empty()) {
-      std::vector<std::vector<double>> first_pass(
-          static_cast<std::size_t>(n) + 1,
-          std::vector<double>(static_cast<std::size_t>(widest) + 1, kInfinity));
-      for (std::int64_t s = n - 1; s >= 0; --s) {
-        for (std::int64_t m = 0; m <= widest; ++m) {
-          std::int64_t need = w[s];
-          double& least_here = first_pass[static_cast<std::size_t>(s)][static_cast<std::size_t>(m)];
-          for (std::int64_t j = s + 1; j <= n; ++j) {
-            if (j < n) need = std::max(need, w[s] + w[j]);
-            if (need > m) break;
-            const double rest =
-                j == n
-                    ? 0.0
-                    : first_pass[static_cast<std::size_t>(j)][static_cast<std::size_t>(m - w[s])];
-            least_here = std::min(least_here, at(s, j, m) + rest);
-          }
-        }
-      }
       for (std::int64_t s = 0; s < n; ++s) {
         for (std::int64_t c = std::max<std::int64_t>(0, capacity - w[s] + 1);
              c <= capacity && c + w[s] <= widest; ++c) {
           const double bound =
               band.past[static_cast<std::size_t>(s) * size + static_cast<std::size_t>(c)];
           const double least_here =
-              first_pass[static_cast<std::size_t>(s)][static_cast<std::size_t>(c + w[s])];
+              any[static_cast<std::size_t>(s)][static_cast<std::size_t>(c + w[s])];
           if (least_here < kInfinity) ++past_checked;
           EXPECT_LE(bound, least_here * (1 + 1e-12) + 1e-12)
               << "past, trial " << trial << " s " << s << " c " << c;
@@ -479,15 +462,17 @@ ChainProfile block_profile(std::mt19937_64& rng, std::int64_t n) {
   return p;
 }
 
-// The bands plan_profile_tuned fills on 120 slots with one feature of the tuning off, then on
-// (set_feature), each run checked against the full program.
-struct BandsOffOn {
-  std::int64_t off, on;
+// Of the plans compared with one feature of the tuning off and on: how often it filled fewer
+// bands, and how often more.
+struct BandChanges {
+  int fewer = 0, more = 0;
 };
+// Plans on 120 slots with the feature off, then on (set_feature), each run checked against the
+// full program, and counts whether the feature filled fewer or more bands.
 template <class SetFeature>
-BandsOffOn bands_off_on(const ChainProfile& p, std::int64_t budget, const std::string& where,
-                        detail::BandTuning tuning, const SetFeature& set_feature) {
-  BandsOffOn bands{0, 0};
+void compare_bands(const ChainProfile& p, std::int64_t budget, const std::string& where,
+                   detail::BandTuning tuning, const SetFeature& set_feature, BandChanges& changes) {
+  std::int64_t bands[2] = {0, 0};
   for (const bool on : {false, true}) {
     set_feature(tuning, on);
     const auto tuned = [&](const ChainProfile& q, std::int64_t b, std::int64_t k, std::size_t cap,
@@ -496,9 +481,10 @@ BandsOffOn bands_off_on(const ChainProfile& p, std::int64_t budget, const std::s
     };
     Outcome band;
     expect_same_as_full(tuned, p, budget, 120, where, band);
-    (on ? bands.on : bands.off) = band.plan.bands;
+    bands[on ? 1 : 0] = band.plan.bands;
   }
-  return bands;
+  changes.fewer += bands[1] < bands[0] ? 1 : 0;
+  changes.more += bands[1] > bands[0] ? 1 : 0;
 }
 
 // At budgets of a few activations, optimal first-pass segments are long: the bounds of (b) alone
@@ -506,7 +492,7 @@ BandsOffOn bands_off_on(const ChainProfile& p, std::int64_t budget, const std::s
 // lemma certifies narrower bands. Both give the full program's plan.
 TEST(ProfilePlannerReference, TheSplittingLemmaCertifiesNarrowerBands) {
   std::mt19937_64 rng(5017);
-  int fewer = 0, more = 0;
+  BandChanges changes;
   for (int trial = 0; trial < 4; ++trial) {
     const std::int64_t n = 180 + 30 * trial;
     const ChainProfile p = block_profile(rng, n);
@@ -518,14 +504,13 @@ TEST(ProfilePlannerReference, TheSplittingLemmaCertifiesNarrowerBands) {
       detail::BandTuning tuning;
       tuning.small_work = 0;
       tuning.threads = 2;
-      const BandsOffOn bands = bands_off_on(
-          p, budget, where, tuning, [](detail::BandTuning& t, bool on) { t.split_lemma = on; });
-      fewer += bands.on < bands.off ? 1 : 0;
-      more += bands.on > bands.off ? 1 : 0;
+      compare_bands(
+          p, budget, where, tuning, [](detail::BandTuning& t, bool on) { t.split_lemma = on; },
+          changes);
     }
   }
-  EXPECT_GT(fewer, 0);
-  EXPECT_EQ(more, 0);
+  EXPECT_GT(changes.fewer, 0);
+  EXPECT_EQ(changes.more, 0);
 }
 
 // a_0 of one unit, the outputs of 6 to 12 units but a fifth of one unit, none of those from n/8
@@ -551,7 +536,8 @@ ChainProfile sparse_light_profile(std::mt19937_64& rng, std::int64_t n) {
 // when very far under) fills fewer bands; both ways, and the full program, give the same plan.
 TEST(ProfilePlannerReference, FarUnderStartPointsReachTheNextLemmaSplit) {
   std::mt19937_64 rng(6017);
-  int fewer = 0, more = 0, compared = 0;
+  BandChanges changes;
+  int compared = 0;
   for (int trial = 0; trial < 12; ++trial) {
     const std::int64_t n = 120 + 10 * trial;
     const ChainProfile p = sparse_light_profile(rng, n);
@@ -564,17 +550,15 @@ TEST(ProfilePlannerReference, FarUnderStartPointsReachTheNextLemmaSplit) {
       tuning.first_max_length = 8;
       tuning.small_work = 0;
       tuning.threads = 2;
-      const BandsOffOn bands =
-          bands_off_on(p, budget, where, tuning,
-                       [](detail::BandTuning& t, bool on) { t.far_under_growth = on; });
+      compare_bands(
+          p, budget, where, tuning, [](detail::BandTuning& t, bool on) { t.far_under_growth = on; },
+          changes);
       ++compared;
-      fewer += bands.on < bands.off ? 1 : 0;
-      more += bands.on > bands.off ? 1 : 0;
     }
   }
   EXPECT_EQ(compared, 48);
-  EXPECT_GT(fewer, 0);  // 2 of 48 (n = 180 at 2x and 3x the least budget)
-  EXPECT_EQ(more, 0);
+  EXPECT_GT(changes.fewer, 0);  // 2 of 48 (n = 180 at 2x and 3x the least budget)
+  EXPECT_EQ(changes.more, 0);
 }
 
 // A block of rows that cannot be allocated, whether on this thread or on a helper, reaches the
