@@ -1136,3 +1136,50 @@ def test_measure_names_a_reentrant_checkpoint_inside_a_block():
 
     with pytest.raises(RuntimeError, match="remat.measure: the model runs torch.utils.checkpoint"):
         rt.measure(Model(), torch.randn(8, 32), verbose=False)
+
+
+class Tally:
+    """A Python object a block changes: each call counts itself and notes its input's shape."""
+
+    def __init__(self):
+        self.calls = 0
+        self.shapes = []
+
+
+class CountingBlock(nn.Module):
+    def __init__(self, width=16, keyword=True):
+        super().__init__()
+        self.mlp = MLPBlock(width)
+
+    def forward(self, x, tally, step=None):
+        tally.calls += 1
+        tally.shapes.append(tuple(x.shape))
+        return x + self.mlp(x)
+
+
+class CountsEachCall(nn.Module):
+    def __init__(self, keyword: bool):
+        super().__init__()
+        self.layers = nn.ModuleList(CountingBlock() for _ in range(3))
+        self.keyword = keyword
+
+    def forward(self, x, tally):
+        for layer in self.layers:
+            x = layer(x, tally=tally) if self.keyword else layer(x, tally)
+        return x
+
+
+@pytest.mark.parametrize("keyword", [True, False])
+def test_a_block_that_changes_a_python_argument_is_refused_at_the_first_step(keyword):
+    # Measuring runs a block several times and a region re-runs it in backward: a block that
+    # appends to a cache, bumps a counter or fills a list would do so each time, silently.
+    model = CountsEachCall(keyword)
+    handle = rt.auto_checkpoint(model, memory_budget="1GiB")
+    argument = "tally" if keyword else r"args\[1\]"
+    with pytest.raises(RuntimeError, match=rf"layers\.0 changed its argument {argument}"):
+        model(torch.randn(4, 16), Tally())
+    handle.remove()
+    with pytest.raises(RuntimeError, match="changed its argument"):
+        rt.auto_checkpoint(
+            model, memory_budget="1GiB", example_inputs=(torch.randn(4, 16), Tally())
+        )

@@ -36,6 +36,7 @@ from ._runtime import _PreservedState, _signature, _tensors, clock, in_backward,
 from .block_plan import RecordedCall, chain_profile
 from .blocks import Blocks, find_blocks
 from .buffers import BufferReplay
+from .caches import without_caches
 from .generators import measuring_now
 from .execution import Execution
 from . import distributed, selective
@@ -145,6 +146,9 @@ class AutoCheckpoint:
         self.plans: dict[Any, Plan] = {}
         self.plan: Plan | None = None
         self.warnings: list[str] = []
+        # Whether a cache dropped from the blocks' calls in training is warned about (an
+        # integration that documents the drop turns it off).
+        self.warn_on_dropped_caches = True
         self._block_plans: dict[Any, _BlockPlan] = {}
         # Under a process group: this rank's number for each key, and the profile it measured
         # for it (with its calls), from which a plan for a new combination of the ranks' keys
@@ -200,6 +204,17 @@ class AutoCheckpoint:
         for hook in self._hooks:
             hook.remove()
         self._patched, self._hooks = [], []
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # The wrapped blocks' forward methods and the model's hooks reach this handle, so
+        # torch.save(model) and copy.deepcopy(model) come here. Its state (the step under way,
+        # the policies' closures, weak references) is not data; a copy would share or lose it.
+        raise TypeError(
+            "remat.auto_checkpoint: a model under auto_checkpoint cannot be pickled or "
+            "deep-copied (torch.save(model), copy.deepcopy(model)): call handle.remove() first, "
+            "then handle.reinstall() to go on training with the same plans, or save "
+            "model.state_dict(), which auto_checkpoint does not change. handle.plans pickle"
+        )
 
     def __repr__(self) -> str:
         return (
@@ -367,6 +382,8 @@ class AutoCheckpoint:
                     "forward calls the blocks"
                 )
             return original(*args, **kwargs)
+        if module.training:
+            args, kwargs = self._without_caches(module, args, kwargs)
         signature = (_signature(args, ints=True), _signature(kwargs, ints=True))
         position = step.position
         step.position += 1
@@ -394,6 +411,21 @@ class AutoCheckpoint:
             context_fn=planned.regions.get(position),
         )
 
+    def _without_caches(
+        self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        args, kwargs, dropped = without_caches(module, args, kwargs)
+        if dropped and self.warn_on_dropped_caches:
+            self._warn(
+                f"{type(module).__name__} blocks were given {' and '.join(dropped)}: a "
+                "key-value cache in training is appended to again by every re-run of a block, "
+                "so remat passes "
+                + ", ".join(f"{n}={'False' if n == 'use_cache' else 'None'}" for n in dropped)
+                + " to the blocks, as Hugging Face's gradient checkpointing does. Train with "
+                "use_cache=False (model.config.use_cache = False) to silence this"
+            )
+        return args, kwargs
+
     # The first step is measured eagerly even when the blocks are under torch.compile: the
     # profile (and so the plan) is the eager one, and compiled code never sees the recording
     # dispatch modes and saved-tensor hooks.
@@ -412,7 +444,9 @@ class AutoCheckpoint:
         self._inside += 1
         try:
             with _PreservedState([module], devices):
-                measured = measure_call(original, args, kwargs, excluded, repeats=1)
+                measured = measure_call(
+                    original, args, kwargs, excluded, repeats=1, name=self._name(module)
+                )
             measured_outputs = _output_keys(measured.output, excluded)
             measured = dataclasses.replace(measured, output=None)  # only its keys are needed
             ops = None

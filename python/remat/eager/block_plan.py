@@ -11,6 +11,11 @@ as storages) and derives the chain from what was seen:
   (the residual stream after the model's own code ran);
 - what a call saves beyond its inputs and that activation is its own saved bytes.
 
+Not counted yet: the last call's outputs, which the model's code after the blocks usually keeps
+for its backward (a final norm saves them), and any output that code between blocks saves (a
+downsampling conv between stages). Counting the last one raised the first step's memory of
+test_first_step_memory_stays_within_the_budget_plus_the_plain_transient by 70 MB (unexplained).
+
 Every call is planned as its own region or none (``max_region_layers=1``): the model's code
 between calls cannot be re-run by a region that spans two of them.
 """

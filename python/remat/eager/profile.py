@@ -26,6 +26,7 @@ from ._runtime import (
     clock,
 )
 from .generators import GeneratorWatch
+from .mutation import argument_states, check_unchanged
 
 
 @dataclass(frozen=True)
@@ -193,11 +194,15 @@ def measure_call(
     kwargs: dict[str, Any],
     excluded: set[tuple[str, int, int]],
     repeats: int = 1,
+    name: str | None = None,
 ) -> CallMeasurement:
     """Runs `function(*args, **kwargs)` on detached copies of its inputs: once recording which
     storages autograd saves (timed too), then `repeats` more times, timed. The forward time is
-    the least of the runs. Holds one call's activations at a time."""
+    the least of the runs. Holds one call's activations at a time. Raises ChangesItsArgument
+    (naming the layer `name`) after the first run when it changed a Python argument, before a
+    repeat would change it again."""
     args, kwargs = _detached(args), _detached(kwargs)
+    states = argument_states(args, kwargs)
     versions = [(t, t._version) for t in _tensors((args, kwargs))]
 
     def activations(value: Any) -> frozenset[tuple[str, int, int]]:
@@ -223,6 +228,7 @@ def measure_call(
         raise
     if any(t._version != v for t, v in versions):
         raise _changes_its_input(function)
+    check_unchanged(name or _name(function), states, argument_states(args, kwargs))
     _synchronize(out)
     seconds.append(now() - start)
     input_keys, output_keys = activations((args, kwargs)), activations(out)
@@ -339,7 +345,9 @@ def profile_layers(
                     name=names[index] if names else _name(function),
                     saved_bytes=sum(key[2] for key in call.saved_keys - in_keys - out_keys),
                     output_bytes=out_bytes,
-                    saves_output=bool(call.saved_keys & out_keys),
+                    # The chain's output is held once its forward is done: it is returned,
+                    # and the caller's code after the chain (a norm, a head) saves it.
+                    saves_output=bool(call.saved_keys & out_keys) or index + 1 == len(functions),
                     forward_seconds=call.forward_seconds,
                 )
             )

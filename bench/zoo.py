@@ -1,0 +1,288 @@
+"""remat against what Hugging Face users run, on the model zoo's decoders, interleaved in one
+process: plain training, HF's own gradient checkpointing, torch's checkpoint_wrapper on every
+block, torchtitan's per-op policy on every block, and remat at the budget each of them holds.
+
+"Equal memory" is taken in the budget's own unit: each method's saved bytes of the blocks (and
+their outputs wherever saved; tests/python/zoo/meter.py) at its peak, measured; remat is then
+given that as its budget, and both high-water marks (torch's MemTracker, activations and
+temporaries at the step's peak, or CUDA's max_memory_allocated) are reported beside it. Step
+times are medians over rounds in which every configuration runs once in a shuffled order, timed
+by the thread's CPU time with one thread on CPU, by the wall clock on CUDA.
+
+    python bench/zoo.py                        # CPU, the sizes of the issue (hidden 256, seq 128)
+    python bench/zoo.py --device cuda --hidden 2048 --layers 16 --seq 2048 --dtype bfloat16
+
+Writes bench/results/zoo/README_<device>.md and results_<device>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import pathlib
+import platform
+import random
+import statistics
+import sys
+import time
+from typing import Any, Callable
+
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+# The zoo package of the tests, ahead of this script's folder (where `zoo` is this file).
+sys.path.insert(0, str(ROOT / "tests" / "python"))
+sys.path.append(str(ROOT / "bench"))
+
+sys.modules.pop("zoo", None)
+from zoo import torchvision_cpu  # noqa: E402,F401  (before transformers)
+from zoo.meter import BlockMeter  # noqa: E402
+
+import remat  # noqa: E402
+import remat.integrations.transformers as hf  # noqa: E402
+import remat.torch as rt  # noqa: E402
+from remat.eager._runtime import clock  # noqa: E402
+
+DECODERS = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel"),
+}
+
+
+def build(name: str, args: argparse.Namespace) -> torch.nn.Module:
+    import transformers
+
+    config_class, model_class = DECODERS[name]
+    if name == "gpt2":
+        cfg = transformers.GPT2Config(
+            vocab_size=args.vocab, n_positions=args.seq, n_embd=args.hidden, n_layer=args.layers,
+            n_head=args.heads, bos_token_id=0, eos_token_id=0,
+        )
+    else:
+        extra = {"num_local_experts": 4, "num_experts_per_tok": 2} if name == "mixtral" else {}
+        cfg = getattr(transformers, config_class)(
+            vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=2 * args.hidden,
+            num_hidden_layers=args.layers, num_attention_heads=args.heads,
+            num_key_value_heads=max(1, args.heads // 2), max_position_embeddings=args.seq,
+            **extra,
+        )
+    cfg._attn_implementation = "sdpa"
+    cfg.use_cache = False  # as HF users train (HF's checkpointing turns it off too)
+    torch.manual_seed(0)
+    dtype = getattr(torch, args.dtype)
+    return getattr(transformers, model_class)(cfg).to(args.device, dtype).train()
+
+
+def step_of(model: torch.nn.Module, ids: torch.Tensor) -> Callable[[], None]:
+    def step() -> None:
+        model(ids, labels=ids).loss.backward()
+        model.zero_grad(set_to_none=True)
+
+    return step
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def high_water(step: Callable[[], None], model: torch.nn.Module, device: str) -> int:
+    if device == "cuda":
+        sync(device)
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        step()
+        sync(device)
+        return torch.cuda.max_memory_allocated() - base
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    tracker = MemTracker()
+    tracker.track_external(model)
+    with tracker:
+        step()
+    snapshot = next(iter(tracker.get_tracker_snapshot("peak").values()))
+    return sum(v for k, v in snapshot.items() if str(k).split(".")[-1] in ("ACT", "TEMP"))
+
+
+def saved_peak(step: Callable[[], None], model: torch.nn.Module) -> int:
+    with BlockMeter(model, hf.find_layers(model)) as meter:
+        step()
+    return meter.peak_bytes
+
+
+def baselines(base: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        CheckpointImpl,
+        apply_activation_checkpointing,
+        checkpoint_wrapper,
+    )
+    from eager_ops import titan_policy_contexts
+
+    out = {"plain": copy.deepcopy(base)}
+    model = copy.deepcopy(base)
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    kwargs = {"use_reentrant": False}
+    if enable is not None:
+        enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    out["hf_gradient_checkpointing"] = model
+    for name, context in (("checkpoint_wrapper", None), ("torchtitan_per_op", titan_policy_contexts)):
+        model = copy.deepcopy(base)
+        layers = set(map(id, hf.find_layers(model)))
+        options = {} if context is None else {"context_fn": context}
+        apply_activation_checkpointing(
+            model,
+            checkpoint_wrapper_fn=lambda m: checkpoint_wrapper(
+                m, checkpoint_impl=CheckpointImpl.NO_REENTRANT, **options
+            ),
+            check_fn=lambda m: id(m) in layers,
+        )
+        out[name] = model
+    return out
+
+
+def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    base = build(name, args)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, args.vocab, (args.batch, args.seq), generator=g).to(args.device)
+    models = baselines(base)
+    configs: dict[str, dict[str, Any]] = {}
+    for label, model in models.items():
+        step = step_of(model, ids)
+        step()  # warm-up
+        configs[label] = {"model": model, "step": step, "saved": saved_peak(step, model)}
+    for label in list(models):
+        model = copy.deepcopy(base)
+        budget = configs[label]["saved"]
+        try:
+            handle = hf.enable(model, memory_budget=budget)
+            step = step_of(model, ids)
+            sync(args.device)
+            now = clock()
+            start = now()
+            step()  # measures and plans
+            sync(args.device)
+            first = now() - start
+        except remat.InputError as error:
+            configs[f"remat@{label}"] = {"error": str(error).splitlines()[0]}
+            continue
+        configs[f"remat@{label}"] = {
+            "model": model, "step": step, "budget": budget, "first": first,
+            "saved": saved_peak(step, model), "plan": handle.plan, "warnings": handle.warnings,
+        }
+    for config in configs.values():
+        if "step" in config:
+            config["high_water"] = high_water(config["step"], config["model"], args.device)
+            config["times"] = []
+    runnable = [k for k, v in configs.items() if "step" in v]
+    now = clock()
+    for _ in range(args.rounds):
+        random.shuffle(runnable)
+        for label in runnable:
+            sync(args.device)
+            start = now()
+            configs[label]["step"]()
+            sync(args.device)
+            configs[label]["times"].append(now() - start)
+    result = {}
+    for label, config in configs.items():
+        if "error" in config:
+            result[label] = {"error": config["error"]}
+            continue
+        entry = {
+            "median_s": statistics.median(config["times"]),
+            "saved_bytes": config["saved"],
+            "high_water_bytes": config["high_water"],
+        }
+        if "plan" in config:
+            plan = config["plan"]
+            entry.update(
+                budget_bytes=config["budget"],
+                predicted_bytes=plan.predicted_peak_bytes,
+                regions=len(plan.regions),
+                selective=sum(1 for o in plan.options if o),
+                first_step_s=config["first"],
+                warnings=config["warnings"],
+            )
+        result[label] = entry
+    return result
+
+
+def report(results: dict[str, Any], args: argparse.Namespace) -> str:
+    lines = [
+        f"# remat on Hugging Face decoders against their own checkpointing ({args.device})",
+        "",
+        f"Command: `python bench/zoo.py {' '.join(sys.argv[1:])}`. Machine: {platform.machine()}, "
+        f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); hidden {args.hidden}, "
+        f"{args.layers} layers, batch {args.batch} x seq {args.seq}, {args.dtype}; median of "
+        f"{args.rounds} interleaved rounds. Date {time.strftime('%Y-%m-%d')}.",
+        "",
+        "saved: the blocks' saved bytes and their outputs at the step's peak (measured); high "
+        "water: activations and temporaries at the step's peak (MemTracker on CPU). remat@X runs "
+        "at budget = X's measured saved bytes; ratio = remat@X's step / X's step.",
+        "",
+    ]
+    met = 0
+    for model, rows in results.items():
+        lines += [f"## {model}", "", "| method | step ms | saved MiB | high water MiB | "
+                  "remat@ step ms | ratio | remat@ saved | remat@ high water | regions/selective | first/later |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for label in ("plain", "hf_gradient_checkpointing", "checkpoint_wrapper", "torchtitan_per_op"):
+            base, ours = rows[label], rows.get(f"remat@{label}", {})
+            cells = [label, f"{base['median_s'] * 1e3:.1f}", f"{base['saved_bytes'] / 2**20:.2f}",
+                     f"{base['high_water_bytes'] / 2**20:.2f}"]
+            if "error" in ours:
+                cells += ["refused: " + ours["error"][:60], "", "", "", "", ""]
+            else:
+                ratio = ours["median_s"] / base["median_s"]
+                if label == "hf_gradient_checkpointing" and ratio <= 0.95:
+                    met += 1
+                cells += [f"{ours['median_s'] * 1e3:.1f}", f"{ratio:.3f}",
+                          f"{ours['saved_bytes'] / 2**20:.2f}",
+                          f"{ours['high_water_bytes'] / 2**20:.2f}",
+                          f"{ours['regions']}/{ours['selective']}",
+                          f"{ours['first_step_s'] / ours['median_s']:.2f}"]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    lines.append(
+        f"Target (step <= 0.95x HF's gradient checkpointing at its measured memory on at least 3 "
+        f"decoders): {'met' if met >= 3 else 'missed'} ({met} of {len(results)})."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--models", default=",".join(DECODERS))
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--vocab", type=int, default=1000)
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--rounds", type=int, default=11)
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "zoo"))
+    args = parser.parse_args()
+    if args.device == "cpu":
+        torch.set_num_threads(1)
+    random.seed(0)
+    results = {}
+    for name in args.models.split(","):
+        print(f"zoo bench: {name}", flush=True)
+        results[name] = run_model(name, args)
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"results_{args.device}.json").write_text(json.dumps(results, indent=1, default=str))
+    text = report(results, args)
+    (out / f"README_{args.device}.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
