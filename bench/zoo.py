@@ -38,6 +38,7 @@ sys.path.append(str(ROOT / "bench"))
 sys.modules.pop("zoo", None)
 from zoo import torchvision_cpu  # noqa: E402,F401  (before transformers)
 from zoo.meter import BlockMeter  # noqa: E402
+from eager_ops import peak_of  # noqa: E402  (the high-water mark: MemTracker, or CUDA's)
 
 import remat  # noqa: E402
 import remat.integrations.transformers as hf  # noqa: E402
@@ -87,24 +88,6 @@ def step_of(model: torch.nn.Module, ids: torch.Tensor) -> Callable[[], None]:
 def sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
-
-
-def high_water(step: Callable[[], None], model: torch.nn.Module, device: str) -> int:
-    if device == "cuda":
-        sync(device)
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        step()
-        sync(device)
-        return torch.cuda.max_memory_allocated() - base
-    from torch.distributed._tools.mem_tracker import MemTracker
-
-    tracker = MemTracker()
-    tracker.track_external(model)
-    with tracker:
-        step()
-    snapshot = next(iter(tracker.get_tracker_snapshot("peak").values()))
-    return sum(v for k, v in snapshot.items() if str(k).split(".")[-1] in ("ACT", "TEMP"))
 
 
 def saved_peak(step: Callable[[], None], model: torch.nn.Module) -> int:
@@ -176,7 +159,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
         }
     for config in configs.values():
         if "step" in config:
-            config["high_water"] = high_water(config["step"], config["model"], args.device)
+            config["high_water"] = peak_of(config["step"], config["model"], args.device)
             config["times"] = []
     runnable = [k for k, v in configs.items() if "step" in v]
     now = clock()
