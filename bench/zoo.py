@@ -2,10 +2,10 @@
 process: plain training, HF's own gradient checkpointing, torch's checkpoint_wrapper on every
 block, torchtitan's per-op policy on every block, and remat at the budget each of them holds.
 
-"Equal memory" is taken in the budget's own unit: each method's saved bytes of the blocks (and
-their outputs wherever saved; tests/python/zoo/meter.py) at its peak, measured; remat is then
-given that as its budget, and both high-water marks (torch's MemTracker, activations and
-temporaries at the step's peak, or CUDA's max_memory_allocated) are reported beside it. Step
+"Equal memory" is the measured high-water mark (torch's MemTracker: activations and temporaries
+at the step's peak; CUDA's max_memory_allocated): remat runs at the largest budget, bisected over
+measured probes, whose high-water mark does not exceed the method's. The blocks' saved bytes (and
+their outputs wherever saved; tests/python/zoo/meter.py) are reported beside it. Step
 times are medians over rounds in which every configuration runs once in a shuffled order, timed
 by the thread's CPU time with one thread on CPU, by the wall clock on CUDA.
 
@@ -128,6 +128,52 @@ def baselines(base: torch.nn.Module) -> dict[str, torch.nn.Module]:
     return out
 
 
+def remat_at(base: torch.nn.Module, ids: torch.Tensor, budget: int, device: str) -> dict[str, Any]:
+    """remat on a fresh copy at `budget`: its first step timed, then its high-water mark."""
+    model = copy.deepcopy(base)
+    handle = hf.enable(model, memory_budget=budget)
+    step = step_of(model, ids)
+    sync(device)
+    now = clock()
+    start = now()
+    step()  # measures and plans
+    sync(device)
+    first = now() - start
+    return {
+        "model": model, "step": step, "budget": budget, "first": first, "plan": handle.plan,
+        "saved": saved_peak(step, model), "high_water": peak_of(step, model, device),
+        "warnings": handle.warnings,
+    }
+
+
+def remat_within(
+    base: torch.nn.Module, ids: torch.Tensor, target: int, least: int, most: int,
+    probes: dict[int, dict[str, Any]], device: str,
+) -> dict[str, Any] | None:
+    """remat at the largest budget (bisected, 7 probes) whose measured high-water mark is within
+    `target`; None when even the least budget's is over it. Probes are kept across targets."""
+
+    def probe(budget: int) -> dict[str, Any]:
+        if budget not in probes:
+            probes[budget] = remat_at(base, ids, budget, device)
+        return probes[budget]
+
+    if probe(least)["high_water"] > target:
+        return None
+    if probe(most)["high_water"] <= target:
+        return probes[most]
+    best, low, high = least, least, most - 1
+    for _ in range(7):
+        middle = (low + high + 1) // 2
+        if probe(middle)["high_water"] <= target:
+            best, low = middle, middle
+        else:
+            high = middle - 1
+        if low >= high:
+            break
+    return probes[best]
+
+
 def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
     base = build(name, args)
     g = torch.Generator().manual_seed(1)
@@ -138,29 +184,29 @@ def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
         step = step_of(model, ids)
         step()  # warm-up
         configs[label] = {"model": model, "step": step, "saved": saved_peak(step, model)}
-    for label in list(models):
-        model = copy.deepcopy(base)
-        budget = configs[label]["saved"]
-        try:
-            handle = hf.enable(model, memory_budget=budget)
-            step = step_of(model, ids)
-            sync(args.device)
-            now = clock()
-            start = now()
-            step()  # measures and plans
-            sync(args.device)
-            first = now() - start
-        except remat.InputError as error:
-            configs[f"remat@{label}"] = {"error": str(error).splitlines()[0]}
-            continue
-        configs[f"remat@{label}"] = {
-            "model": model, "step": step, "budget": budget, "first": first,
-            "saved": saved_peak(step, model), "plan": handle.plan, "warnings": handle.warnings,
-        }
     for config in configs.values():
-        if "step" in config:
-            config["high_water"] = peak_of(config["step"], config["model"], args.device)
-            config["times"] = []
+        config["high_water"] = peak_of(config["step"], config["model"], args.device)
+    copied = copy.deepcopy(base)
+    measured = rt.measure(
+        copied, ids, labels=ids, loss_fn=lambda o: o.loss, blocks=hf.find_layers(copied),
+        verbose=False,
+    )
+    probes: dict[int, dict[str, Any]] = {}  # budget -> remat at it, measured
+    for label in list(models):
+        target = configs[label]["high_water"]
+        found = remat_within(
+            base, ids, target, measured.least_budget_bytes, measured.no_checkpoint_bytes,
+            probes, args.device,
+        )
+        if found is None:
+            least = probes[measured.least_budget_bytes]
+            configs[f"remat@{label}"] = {
+                "error": f"remat's least budget peaks at {least['high_water'] / 2**20:.2f} MiB"
+            }
+        else:
+            configs[f"remat@{label}"] = dict(found, target=target)
+    for config in configs.values():
+        config["times"] = []
     runnable = [k for k, v in configs.items() if "step" in v]
     now = clock()
     for _ in range(args.rounds):
@@ -206,7 +252,8 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> str:
         "",
         "saved: the blocks' saved bytes and their outputs at the step's peak (measured); high "
         "water: activations and temporaries at the step's peak (MemTracker on CPU). remat@X runs "
-        "at budget = X's measured saved bytes; ratio = remat@X's step / X's step.",
+        "at the largest budget whose measured high water is within X's; ratio = remat@X's step / "
+        "X's step; first/later = remat@X's first step (measuring, planning) / its later median.",
         "",
     ]
     met = 0

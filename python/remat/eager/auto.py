@@ -32,7 +32,15 @@ from torch.utils.checkpoint import checkpoint
 
 from ..saved_memory import excluded_storages, is_persistent, storage_key
 from ..units import parse_bytes
-from ._runtime import _PreservedState, _signature, _tensors, clock, in_backward, run_context
+from ._runtime import (
+    _PreservedState,
+    _signature,
+    _synchronize,
+    _tensors,
+    clock,
+    in_backward,
+    run_context,
+)
 from .block_plan import RecordedCall, chain_profile
 from .blocks import Blocks, find_blocks
 from .buffers import BufferReplay
@@ -63,12 +71,58 @@ class _Step:
     calls: list[RecordedCall] = field(default_factory=list)
     position: int = 0
     off_plan: bool = False
+    outside: _OutsideSaves | None = None  # while this step measures
     # While measuring, the last block's real outputs are held until the next call has read its
     # inputs, so that no new tensor can take their address (storage keys stay unique).
     last_outputs: Any = None
     # Per block call run as a region: its name and its tensor inputs with their versions.
     region_inputs: list[tuple[str, list[tuple[torch.Tensor, int]]]] = field(default_factory=list)
     chain_calls: int = 0  # calls of a stock nn.Sequential chain in this step
+
+
+class _OutsideSaves:
+    """While the first step measures: the storages that the model's code outside the blocks
+    saves for backward (a final norm saves the last block's output, T5's encoder norm the last
+    encoder block's, a downsampling conv the previous stage's).
+
+    A saved-tensor hook turns autograd's own check that a saved tensor was not changed in place
+    off, so this one makes it: each save keeps the tensor's version and unpacking compares it.
+    It keeps a detached tensor (sharing the version counter), as SavedTensorMeter does: the
+    saved tensor itself would make an output saved by its own node a reference cycle. Under
+    torch.compile's tracing it records nothing and keeps the tensor as it is."""
+
+    def __init__(self, inside_a_block: Callable[[], bool]) -> None:
+        self.keys: set[tuple[str, int, int]] = set()
+        self._inside_a_block = inside_a_block
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+    def _pack(self, tensor: torch.Tensor) -> Any:
+        if torch.compiler.is_compiling():
+            return tensor
+        if not self._inside_a_block():
+            self.keys.add(storage_key(tensor))
+        return tensor.detach(), tensor._version
+
+    @staticmethod
+    def _unpack(packed: Any) -> torch.Tensor:
+        if isinstance(packed, torch.Tensor):
+            return packed
+        tensor, version = packed
+        if tensor._version != version:
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by an "
+                f"inplace operation: a {tuple(tensor.shape)} tensor is at version "
+                f"{tensor._version}; expected version {version} instead (checked by remat's "
+                "first step, which notes what the model saves outside its blocks)"
+            )
+        return tensor
+
+    def __enter__(self) -> "_OutsideSaves":
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._hooks.__exit__(*exc)
 
 
 class _PendingBackward:
@@ -267,6 +321,8 @@ class AutoCheckpoint:
             profile, calls = self._profiles[key]
             found = self._make_block_plan(plan_key, key, profile, calls)
         self._step = _Step(key, plan_key, found.plan if found else None)
+        if found is None:
+            self._step.outside = _OutsideSaves(lambda: self._inside > 0).__enter__()
         return None
 
     def _plan_key(self, key: Any, known: bool) -> tuple[Any, bool]:
@@ -283,6 +339,8 @@ class AutoCheckpoint:
     @torch.compiler.disable  # bookkeeping and planning: never traced
     def _end_step(self, _model: nn.Module, _args: Any, output: Any) -> None:
         step, self._step = self._step, None
+        if step is not None and step.outside is not None:
+            step.outside.__exit__(None, None, None)
         # torch calls this hook (always_call) from its handler when the forward raised, with no
         # output: a step cut short measured only some blocks, and the next step measures again.
         cut_short = output is None and sys.exc_info()[1] is not None
@@ -309,7 +367,8 @@ class AutoCheckpoint:
         step.last_outputs = None
         if self._region_overhead is None:
             self._region_overhead = _region_overhead(torch.zeros(1, device=self._device), 0)
-        profile = chain_profile(step.calls, self._region_overhead)
+        held = frozenset(step.outside.keys) if step.outside is not None else frozenset()
+        profile = chain_profile(step.calls, self._region_overhead, held)
         calls = tuple((c.module, c.signature) for c in step.calls)
         if distributed.active(self.plan_group):
             self._profiles[step.key] = (profile, calls)
@@ -444,21 +503,30 @@ class AutoCheckpoint:
         self._inside += 1
         try:
             with _PreservedState([module], devices):
+                # No timing repeat: the region run below is the second sample of the time.
                 measured = measure_call(
-                    original, args, kwargs, excluded, repeats=1, name=self._name(module)
+                    original, args, kwargs, excluded, repeats=0, name=self._name(module)
                 )
             measured_outputs = _output_keys(measured.output, excluded)
             measured = dataclasses.replace(measured, output=None)  # only its keys are needed
             ops = None
             if self.granularity == "op":
                 with _PreservedState([module], devices):
-                    ops = selective.profile_ops(original, args, kwargs, excluded, repeats=1)
+                    # One recorded run: op times are scaled to the block's forward time, and
+                    # measure_modes checks that SAC replays the ops (what a second run checked).
+                    ops = selective.profile_ops(original, args, kwargs, excluded, repeats=0)
         finally:
             self._inside -= 1
         step.last_outputs = None
         if devices:
             self._device = next(iter(devices))
+        now = clock()
+        _synchronize((args, kwargs))
+        start = now()
         out = self._run(module, original, args, kwargs, checkpointed=True)
+        _synchronize(out)
+        seconds = min(measured.forward_seconds, now() - start)
+        measured = dataclasses.replace(measured, forward_seconds=seconds)
         name = self._name(module)
         outputs = (measured_outputs, _output_keys(out, excluded))
         step.calls.append(RecordedCall.of(module, name, signature, measured, outputs, ops))

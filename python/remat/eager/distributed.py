@@ -169,6 +169,7 @@ def agree_on_profile(profile: Profile, budget: int, group: PlanGroup = None) -> 
         layers=tuple(layers),
         region_overhead_seconds=statistics.median(p.region_overhead_seconds for p in profiles),
         max_region_layers=profile.max_region_layers,
+        output_held=profile.output_held,
         selective=tuple(selective) if any(m is not None for m in selective) else (),
     )
 

@@ -113,7 +113,9 @@ class Plan:
         up to the peak at the end of the forward pass; a re-run in backward can raise the peak
         above that (never above the prediction)."""
         layers = self.profile.layers
-        n = len(layers)
+        # The chain's last layer holds its output only when it saves it, or when the code after
+        # the chain keeps it (output_held): then no layer ends the chain.
+        n = len(layers) + (1 if self.profile.output_held else 0)
         held = []
         outer = [(first, last) for first, last, depth in self.regions if depth == 0]
         cache = {
@@ -226,7 +228,7 @@ def _core_regions(
 
 
 def _plan_one(profile: Profile, budget: int, slots: int | None) -> Plan:
-    layers = profile.core_layers()
+    layers = profile.planned_layers()
     if not layers:
         raise ValueError("functions: the chain has no layers")
     result = _core.eager_plan(

@@ -50,6 +50,12 @@ class Profile:
     # The most layers one region may span (0: any). 1 for blocks that are not proven to form a
     # chain: auto_checkpoint on a model whose own code runs between its blocks.
     max_region_layers: int = 0
+    # Whether the last layer's output is held after the forward until backward reaches the code
+    # after the chain, which frees it before the last layer's backward (auto_checkpoint: a
+    # model's final norm saves its last block's output). The planner sees that code as one
+    # more, empty layer: the output counts in the forward's peak, and the last layer may be a
+    # region whose re-run comes once the output is gone.
+    output_held: bool = False
     # Per layer, for op-level plans: its ops and its menu (each LayerProfile's options are the
     # menu's (held bytes, re-run seconds)); empty for block-level plans.
     selective: tuple[Any, ...] = field(default=(), repr=False, compare=False)
@@ -65,6 +71,11 @@ class Profile:
             )
             for l in self.layers
         ]
+
+    def planned_layers(self) -> list[tuple[int, int, bool, float, tuple[tuple[int, float], ...]]]:
+        """core_layers as the planner takes them: with output_held, the code after the chain as
+        an empty last layer (it saves and passes on nothing, takes no time)."""
+        return self.core_layers() + ([(0, 0, False, 0.0, ())] if self.output_held else [])
 
     @property
     def forward_seconds(self) -> float:
@@ -92,7 +103,8 @@ class Profile:
                         ],
                     }
                     for l in self.layers
-                ],
+                ]
+                + ([_AFTER_THE_CHAIN] if self.output_held else []),
             },
             indent=1,
         )
@@ -119,6 +131,18 @@ class Profile:
             float(data.get("region_overhead", 0.0)),
             int(data.get("max_region_layers", 0)),
         )
+
+
+# The code after the chain, written out as the empty layer the planner sees (remat eager reads
+# no output_held flag).
+_AFTER_THE_CHAIN = {
+    "name": "(after the chain)",
+    "saved_bytes": 0,
+    "output_bytes": 0,
+    "saves_output": False,
+    "forward_time": 0.0,
+    "options": [],
+}
 
 
 class _NotKept:

@@ -1,10 +1,11 @@
 """timm: ``enable(model, memory_budget=...)`` in place of ``model.set_grad_checkpointing()``.
 
-The blocks are a model's ``blocks`` (a VisionTransformer's: a stock ``nn.Sequential``, planned
-as one chain with regions that span several blocks), else its ``stages`` (ConvNeXt, Swin,
-EfficientNet style), each stage one block with its downsampling inside: a downsampling conv
-between blocks saves the previous block's output, which remat's prediction would not count
-(timm's own checkpointing runs each stage's blocks one by one, with the same gap).
+The blocks are those timm's own checkpointing runs one by one: a model's ``blocks`` (a
+VisionTransformer's: a stock ``nn.Sequential``, planned as one chain with regions that span
+several blocks), else the ``blocks`` of each of its ``stages`` (ConvNeXt, Swin, EfficientNet
+style), planned call by call, else its stages. The downsampling between stages runs outside the
+blocks and saves the previous stage's last output: the first step notes that, and the plan
+counts it.
 """
 
 from __future__ import annotations
@@ -17,11 +18,16 @@ from ..eager.auto import AutoCheckpoint, auto_checkpoint
 
 
 def find_blocks(model: nn.Module) -> nn.Module | list[nn.Module]:
-    """The model's blocks, or its stages."""
-    for name in ("blocks", "stages"):
-        found = getattr(model, name, None)
-        if isinstance(found, (nn.Sequential, nn.ModuleList)) and len(found):
-            return found if isinstance(found, nn.Sequential) and name == "blocks" else list(found)
+    """A container of blocks, or the list of every stage's blocks (else the stages)."""
+    blocks = getattr(model, "blocks", None)
+    if isinstance(blocks, (nn.Sequential, nn.ModuleList)) and len(blocks):
+        return blocks
+    stages = getattr(model, "stages", None)
+    if isinstance(stages, (nn.Sequential, nn.ModuleList)) and len(stages):
+        inner = [getattr(stage, "blocks", None) for stage in stages]
+        if all(isinstance(b, (nn.Sequential, nn.ModuleList)) for b in inner):
+            return [block for b in inner for block in b]
+        return list(stages)
     raise ValueError(
         f"model: {type(model).__name__} has neither `blocks` nor `stages`; use "
         "remat.torch.auto_checkpoint(model, memory_budget=..., blocks=...) with its blocks"
