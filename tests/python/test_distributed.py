@@ -420,6 +420,60 @@ def test_fsdp2_one_plan_exact_gradients(tmp_path):
         assert r["peak"] <= r["predicted"] <= r["budget"], r
 
 
+def _hf_fsdp_worker(rank, world, store, out):
+    # A Hugging Face Llama (the zoo's config, use_cache at its default) through remat's
+    # transformers integration, sharded with FSDP2 as torchtitan and accelerate do: every layer,
+    # then the root, after the integration wrapped the layers.
+    import remat.integrations.transformers as hf
+    import remat.torch as rt
+    from torch.distributed.fsdp import fully_shard
+    from zoo import torchvision_cpu  # noqa: F401
+    from zoo.models import ZOO
+
+    _init(rank, world, store)
+    zoo = ZOO["llama"]
+    base = zoo.build("sdpa")
+    g = torch.Generator().manual_seed(10 + rank)
+    ids = torch.randint(0, 512, (2, 32), generator=g)
+    measured = rt.measure(
+        copy.deepcopy(base), ids, labels=ids, loss_fn=zoo.loss, verbose=False,
+        blocks="model.layers", plan_group="local",
+    )
+    least, most = measured.least_budget_bytes, measured.no_checkpoint_bytes
+    budget = max(dist_all(least + (most - least) // 3))
+
+    def sharded(model):
+        for layer in model.model.layers:
+            fully_shard(layer)
+        fully_shard(model)
+        return model
+
+    plain, model = sharded(copy.deepcopy(base)), copy.deepcopy(base)
+    handle = hf.enable(model, memory_budget=budget)
+    model = sharded(model)
+    equal, plans = True, []
+    for step in range(2):
+        for net in (plain, model):
+            net.zero_grad()
+            torch.manual_seed(step)
+            net(ids, labels=ids).loss.backward()
+        equal &= all(
+            torch.equal(a.grad.full_tensor(), b.grad.full_tensor())
+            for a, b in zip(plain.parameters(), model.parameters())
+        )
+        plans.append([list(r) for r in handle.plan.regions])
+    _write(out, rank, {"grads_equal": equal, "plans": plans, "warnings": handle.warnings})
+    _finish()
+
+
+def test_the_transformers_integration_under_fsdp2_is_exact(tmp_path):
+    pytest.importorskip("transformers")
+    results = _spawn(_hf_fsdp_worker, 2, tmp_path)
+    assert all(r["grads_equal"] for r in results)
+    assert results[0]["plans"] == results[1]["plans"] and results[0]["plans"][0]
+    assert all(not r["warnings"] for r in results)
+
+
 def _fsdp_chain_worker(rank, world, store, out):
     import remat.torch as rt
     from torch.distributed.fsdp import fully_shard

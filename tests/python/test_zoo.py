@@ -153,3 +153,13 @@ def test_the_transformers_integration_trains_under_the_trainer_bit_for_bit(tmp_p
     assert all(torch.equal(got[1][k], expected[1][k]) for k in expected[1])
     assert handle.plan is not None and handle.plan.regions  # 2 MiB needs regions
     assert not handle.warnings
+
+
+def test_a_dotted_path_may_start_at_the_hugging_face_models_own_model_member():
+    # LlamaForCausalLM keeps its layers at model.layers; "model." was always taken as the root,
+    # so blocks="model.layers" failed ("model has no member 'layers'").
+    llama = ZOO["llama"].build("sdpa")
+    assert rt.find_blocks(llama, "model.layers").modules == tuple(llama.model.layers)
+    assert rt.find_blocks(llama, "model.model.layers").modules == tuple(llama.model.layers)
+    with pytest.raises(ValueError, match="has no member 'layerz'"):
+        rt.find_blocks(llama, "model.layerz")

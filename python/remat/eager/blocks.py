@@ -70,18 +70,33 @@ def _score(members: list[tuple[str, nn.Module]]) -> tuple[int, int]:
 
 
 def _resolve(model: nn.Module, path: str) -> nn.Module:
-    target: nn.Module = model
+    """The module at a dotted path from `model`. A leading "model." names the root (as the paths
+    remat prints do), unless the root has a member `model` on which the path resolves (Hugging
+    Face's LlamaForCausalLM keeps its layers at `model.layers`)."""
     parts = path.split(".")
-    if parts and parts[0] == "model":
-        parts = parts[1:]
+    tries = [parts]
+    if parts[0] == "model":
+        tries = [parts, parts[1:]] if hasattr(model, "model") else [parts[1:]]
+    errors = []
+    for attempt in tries:
+        found = _walk(model, attempt)
+        if isinstance(found, nn.Module):
+            return found
+        errors.append(found)
+    raise ValueError(errors[0])
+
+
+def _walk(model: nn.Module, parts: list[str]) -> nn.Module | str:
+    """The module at `parts` from `model`, or the error that names where the walk stopped."""
+    target: nn.Module = model
     for depth, part in enumerate(parts):
         if not hasattr(target, part) and not (part.isdigit() and isinstance(target, _CONTAINERS)):
             where = ".".join(["model", *parts[:depth]])
             children = ", ".join(name for name, _ in target.named_children()) or "none"
-            raise ValueError(f"blocks: {where} has no member '{part}' (its children: {children})")
+            return f"blocks: {where} has no member '{part}' (its children: {children})"
         target = target[int(part)] if part.isdigit() else getattr(target, part)
         if not isinstance(target, nn.Module):
-            raise ValueError(f"blocks: model.{'.'.join(parts[:depth + 1])} is not an nn.Module")
+            return f"blocks: model.{'.'.join(parts[:depth + 1])} is not an nn.Module"
     return target
 
 
