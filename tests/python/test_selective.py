@@ -292,21 +292,39 @@ def test_attention_is_random_only_with_dropout():
 
 def _flop_like_op_times(monkeypatch) -> None:
     """Op times by kind instead of by clock (matmuls and attention 20 units, every other op 1),
-    every block's forward 1 ms, and no fixed cost per region or per op SAC's modes see. The plan then depends on bytes and these ratios, not on a
-    loaded machine's timings (with measured times, noise could make whole regions the cheaper
-    plan and leave nothing selective to check)."""
-    measured = selective.profile_ops
+    every block's forward 1 ms, and no fixed cost per region or per op SAC's modes see (the
+    modes still run, checking that SAC replays each layer). The plan then depends on bytes and
+    these ratios, not on a loaded machine's timings (with measured times, noise could make
+    whole regions the cheaper plan and leave nothing selective to check)."""
+    heavy = ("mm", "attention", "convolution")
 
-    def profile_ops(*args, **kwargs):
-        ops = measured(*args, **kwargs)
-        heavy = ("mm", "attention", "convolution")
+    def flop_like(ops):
         timed = tuple(
             dataclasses.replace(op, seconds=1e-4 * (20 if any(k in op.name for k in heavy) else 1))
             for op in ops.ops
         )
-        return dataclasses.replace(ops, ops=timed, modes_seconds=None)
+        return dataclasses.replace(ops, ops=timed)
+
+    measured_ops = selective.profile_ops
+
+    def profile_ops(*args, **kwargs):
+        return flop_like(measured_ops(*args, **kwargs))
+
+    measured_with_ops = selective.measure_with_ops
+
+    def measure_with_ops(*args, **kwargs):
+        call, ops = measured_with_ops(*args, **kwargs)
+        return dataclasses.replace(call, forward_seconds=1e-3), flop_like(ops)
+
+    complete = selective.ModesCache.complete
+
+    def without_modes_cost(self, function, args, kwargs, profile, forward_seconds, repeats=0):
+        found = complete(self, function, args, kwargs, profile, None, repeats)
+        return dataclasses.replace(found, modes_seconds=None)
 
     monkeypatch.setattr(selective, "profile_ops", profile_ops)
+    monkeypatch.setattr(selective, "measure_with_ops", measure_with_ops)
+    monkeypatch.setattr(selective.ModesCache, "complete", without_modes_cost)
     # The fixed cost of a region too: on these tiny blocks it is comparable to a block's forward,
     # and its noise alone can flip the plan between selective and whole regions.
     monkeypatch.setattr(remat_auto, "_region_overhead", lambda *args: 0.0)

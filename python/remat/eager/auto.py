@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from ..saved_memory import excluded_storages, is_persistent, storage_key
+from ..saved_memory import excluded_storages, has_fsdp_modules, is_persistent, storage_key
 from ..units import parse_bytes
 from ._runtime import (
     _PreservedState,
@@ -48,7 +48,8 @@ from .caches import without_caches
 from .generators import measuring_now
 from .execution import Execution
 from . import distributed, selective
-from .planning import Plan, _check_planner_options, plan, plan_profile
+from .online_tuning import OnlineTuning
+from .planning import Plan, _check_planner_options, plan, plan_profile, tuning_candidates
 from .profile import Profile, _region_overhead, measure_call
 
 _log = logging.getLogger("remat")
@@ -78,6 +79,9 @@ class _Step:
     # Per block call run as a region: its name and its tensor inputs with their versions.
     region_inputs: list[tuple[str, list[tuple[torch.Tensor, int]]]] = field(default_factory=list)
     chain_calls: int = 0  # calls of a stock nn.Sequential chain in this step
+    # While measuring at op level: what SAC's modes cost, and the op profiles of each kind of
+    # block (see selective.ModesCache; without its shortcuts under a process group).
+    modes: selective.ModesCache = field(default_factory=selective.ModesCache)
 
 
 class _OutsideSaves:
@@ -210,6 +214,7 @@ class AutoCheckpoint:
         self._key_numbers: dict[Any, int] = {}
         self._profiles: dict[Any, tuple[Profile, tuple[tuple[Any, Any], ...]]] = {}
         self._chain_plans: dict[Any, Plan] = {}
+        self._tunings: dict[Any, OnlineTuning] = {}  # chains whose plan is tuned on the steps
         self._names = {id(m): n for m, n in zip(blocks.modules, blocks.names)}
         self._step: _Step | None = None
         self._inside = 0  # > 0 while a block (or the chain) runs: blocks inside it run plainly
@@ -321,6 +326,7 @@ class AutoCheckpoint:
             profile, calls = self._profiles[key]
             found = self._make_block_plan(plan_key, key, profile, calls)
         self._step = _Step(key, plan_key, found.plan if found else None)
+        self._step.modes.shortcuts = not distributed.active(self.plan_group)
         if found is None:
             self._step.outside = _OutsideSaves(lambda: self._inside > 0).__enter__()
         return None
@@ -500,21 +506,25 @@ class AutoCheckpoint:
     ) -> Any:
         excluded = excluded_storages([self.model])
         devices = {t.device for t in _tensors((args, kwargs))}
+        name = self._name(module)
+        modes = step.modes
+        kind = modes.kind(module, signature) if self.granularity == "op" else None
+        # At op level, a block of a new kind records its ops in the run that measures it until
+        # the modes' per-op cost is known; later blocks are measured plainly first (see
+        # ModesCache.ops_of). No timing repeat: the region run below is the second sample.
+        record = kind is not None and modes.records(kind)
         self._inside += 1
         try:
             with _PreservedState([module], devices):
-                # No timing repeat: the region run below is the second sample of the time.
-                measured = measure_call(
-                    original, args, kwargs, excluded, repeats=0, name=self._name(module)
-                )
+                if record:
+                    measured, ops = selective.measure_with_ops(
+                        original, args, kwargs, excluded, repeats=0, name=name
+                    )
+                else:
+                    measured = measure_call(original, args, kwargs, excluded, repeats=0, name=name)
+                    ops = None
             measured_outputs = _output_keys(measured.output, excluded)
             measured = dataclasses.replace(measured, output=None)  # only its keys are needed
-            ops = None
-            if self.granularity == "op":
-                with _PreservedState([module], devices):
-                    # One recorded run: op times are scaled to the block's forward time, and
-                    # measure_modes checks that SAC replays the ops (what a second run checked).
-                    ops = selective.profile_ops(original, args, kwargs, excluded, repeats=0)
         finally:
             self._inside -= 1
         step.last_outputs = None
@@ -527,7 +537,13 @@ class AutoCheckpoint:
         _synchronize(out)
         seconds = min(measured.forward_seconds, now() - start)
         measured = dataclasses.replace(measured, forward_seconds=seconds)
-        name = self._name(module)
+        if kind is not None:
+            self._inside += 1
+            try:
+                with _PreservedState([module], devices):
+                    ops = modes.ops_of(kind, original, args, kwargs, excluded, measured, ops)
+            finally:
+                self._inside -= 1
         outputs = (measured_outputs, _output_keys(out, excluded))
         step.calls.append(RecordedCall.of(module, name, signature, measured, outputs, ops))
         step.last_outputs = out
@@ -613,6 +629,7 @@ class AutoCheckpoint:
         plan_key, _ = self._plan_key(key, False)
         found = self._chain_plans.get(plan_key)
         if found is None:
+            online = self.tune and self._tunes_online()
             self._inside += 1
             try:
                 found = plan(
@@ -620,7 +637,7 @@ class AutoCheckpoint:
                     input,
                     memory_budget=self.memory_budget,
                     slots=self.slots,
-                    tune=self.tune,
+                    tune=self.tune and not online,
                     exclude=[self.model],
                     names=list(self.blocks.names),
                     microbatches_in_flight=self.microbatches_in_flight,
@@ -631,12 +648,39 @@ class AutoCheckpoint:
                 self._inside -= 1
             self._chain_plans[plan_key] = found
             self.plans[key] = found
+            if online and found.regions and found.profile.max_region_layers == 0:
+                candidates = tuning_candidates(found)
+                if len(candidates) > 1:
+                    self._tunings[plan_key] = OnlineTuning(candidates)
+        tuning = self._tunings.get(plan_key)
+        if tuning is not None and tuning.done():
+            found = tuning.result()
+            self._chain_plans[plan_key] = self.plans[key] = found
+            del self._tunings[plan_key]
+            tuning = None
         self.plan = found
         if self._measuring:
             self.last_execution = Execution(functions, [(i, i, 0) for i in range(len(functions))])
             return self.last_execution(input)
+        if tuning is not None and not torch.compiler.is_compiling():
+            label, candidate = tuning.next()
+            self.plan = candidate
+            self.last_execution = Execution(functions, candidate.regions, candidate.contexts())
+            return tuning.run(label, self.last_execution, input, self.blocks.modules[0])
         self.last_execution = Execution(functions, found.regions, found.contexts())
         return self.last_execution(input)
+
+    def _tunes_online(self) -> bool:
+        """Whether a chain's plan is tuned on the training steps (see online_tuning) rather than
+        before the first one: alone (ranks would have to agree on every step's timings), one
+        microbatch in flight, not while measuring, and not on FSDP2 layers (whose plans are not
+        tuned at all, see planning.tune_plan)."""
+        return (
+            not self._measuring
+            and self.microbatches_in_flight == 1
+            and not distributed.active(self.plan_group)
+            and not any(has_fsdp_modules(m) for m in self.blocks.modules)
+        )
 
     def _plain(self, block: nn.Module, h: Any) -> Any:
         self._inside += 1

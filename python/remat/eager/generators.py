@@ -136,9 +136,11 @@ class GeneratorWatch(TorchDispatchMode):
     def __init__(self, modules: Sequence[nn.Module]) -> None:
         super().__init__()
         self._modules = modules
+        self.dispatched = 0  # ops seen
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
         kwargs = kwargs or {}
+        self.dispatched += 1
         note_draws(self._modules, args, kwargs)
         return func(*args, **kwargs)
 

@@ -348,7 +348,12 @@ def plan(
     _check_planner_options(slots, microbatches_in_flight)  # before profiling, which takes long
     if profile is None:
         profile = profile_layers(
-            functions, input, exclude=exclude, names=names, granularity=granularity
+            functions,
+            input,
+            exclude=exclude,
+            names=names,
+            granularity=granularity,
+            alone=not distributed.active(plan_group),
         )
     elif len(profile.layers) != len(functions):
         raise ValueError(
@@ -404,19 +409,7 @@ def tune_plan(
             stacklevel=3,
         )
         return planned
-    layers, overhead = p.core_layers(), p.region_overhead_seconds
-    fitting = []
-    planner_regions = planned.core_regions()
-    for segments in range(2, len(layers) + 1):
-        regions = _core_regions(uniform_regions(len(layers), segments))
-        peak, recompute = _core.eager_evaluate(p.input_bytes, layers, overhead, 0, regions)
-        if peak <= planned.memory_budget and regions != planner_regions:
-            fitting.append((recompute, segments, regions))
-    fitting.sort(key=lambda c: (c[0], c[1]))
-    # (first, last, depth, option) each: uniform segmentations re-run whole.
-    candidates = {"planner": planner_regions}
-    for _, segments, regions in fitting[: max(0, max_candidates - 1)]:
-        candidates[f"{segments} segments"] = regions
+    candidates = tuning_candidates(planned, max_candidates)
     if len(candidates) == 1:
         return planned
     limit = 10 * p.forward_seconds if max_seconds is None else max_seconds
@@ -426,10 +419,11 @@ def tune_plan(
     start = time.perf_counter()
     with _PreservedState(modules, devices):
         for _ in range(repeats):
-            for label, regions in candidates.items():
-                contexts = planned.contexts() if label == "planner" else {}
+            for label, candidate in candidates.items():
                 timings[label].append(
-                    _time_step(functions, [r[:3] for r in regions], input, parameters, contexts)
+                    _time_step(
+                        functions, candidate.regions, input, parameters, candidate.contexts()
+                    )
                 )
             # Ranks must run the same candidates as often (under FSDP each run gathers
             # parameters): the time cap applies only to a plan made alone.
@@ -437,17 +431,39 @@ def tune_plan(
                 break
     median = {label: statistics.median(t) for label, t in timings.items()}
     median = distributed.agree_on_timings(median, plan_group)
-    choice = min(median, key=median.__getitem__)
-    peak, recompute = _core.eager_evaluate(p.input_bytes, layers, overhead, 0, candidates[choice])
-    return dataclasses.replace(
-        planned,
-        regions=tuple(r[:3] for r in candidates[choice]),
-        options=tuple(r[3] for r in candidates[choice]),
-        predicted_peak_bytes=peak,
-        predicted_recompute_seconds=recompute,
-        timings=tuple(median.items()),
-        choice=choice,
-    )
+    return fastest(candidates, median)
+
+
+def tuning_candidates(planned: Plan, max_candidates: int = 3) -> dict[str, Plan]:
+    """The plans tuning times, by label: the planner's ("planner") and at most
+    `max_candidates` - 1 uniform segmentations (torch's checkpoint_sequential layout, re-run
+    whole) whose predicted peak fits the budget, those with the least predicted recompute."""
+    p = planned.profile
+    layers, overhead = p.core_layers(), p.region_overhead_seconds
+    fitting = []
+    planner_regions = planned.core_regions()
+    for segments in range(2, len(layers) + 1):
+        regions = _core_regions(uniform_regions(len(layers), segments))
+        peak, recompute = _core.eager_evaluate(p.input_bytes, layers, overhead, 0, regions)
+        if peak <= planned.memory_budget and regions != planner_regions:
+            fitting.append((recompute, segments, regions, peak))
+    fitting.sort(key=lambda c: (c[0], c[1]))
+    candidates = {"planner": planned}
+    for recompute, segments, regions, peak in fitting[: max(0, max_candidates - 1)]:
+        candidates[f"{segments} segments"] = dataclasses.replace(
+            planned,
+            regions=tuple(r[:3] for r in regions),
+            options=tuple(r[3] for r in regions),
+            predicted_peak_bytes=peak,
+            predicted_recompute_seconds=recompute,
+        )
+    return candidates
+
+
+def fastest(candidates: dict[str, Plan], seconds: dict[str, float]) -> Plan:
+    """The candidate of least measured `seconds`, carrying every candidate's timing."""
+    choice = min(seconds, key=seconds.__getitem__)
+    return dataclasses.replace(candidates[choice], timings=tuple(seconds.items()), choice=choice)
 
 
 def _time_step(

@@ -20,6 +20,7 @@ from ._runtime import (
     _PreservedState,
     _detached,
     _modules_of,
+    _signature,
     _storage_bytes,
     _synchronize,
     _tensors,
@@ -201,6 +202,7 @@ class CallMeasurement:
     output_keys: frozenset[tuple[str, int, int]]
     forward_seconds: float
     output: Any  # the outputs, detached
+    dispatched: int = 0  # ops its first run dispatched
 
 
 def _changes_its_input(function: Callable[..., Any]) -> ValueError:
@@ -219,12 +221,15 @@ def measure_call(
     excluded: set[tuple[str, int, int]],
     repeats: int = 1,
     name: str | None = None,
+    recorder: Any = None,
 ) -> CallMeasurement:
     """Runs `function(*args, **kwargs)` on detached copies of its inputs: once recording which
     storages autograd saves (timed too), then `repeats` more times, timed. The forward time is
     the least of the runs. Holds one call's activations at a time. Raises ChangesItsArgument
     (naming the layer `name`) after the first run when it changed a Python argument, before a
-    repeat would change it again."""
+    repeat would change it again. `recorder`: a dispatch mode that watches the first run in
+    place of GeneratorWatch, noting the generators ops draw from itself; its note_save() is
+    called at every save (selective.measure_with_ops records the ops in the same run)."""
     args, kwargs = _detached(args), _detached(kwargs)
     states = argument_states(args, kwargs)
     versions = [(t, t._version) for t in _tensors((args, kwargs))]
@@ -240,11 +245,9 @@ def measure_call(
     # The first run also learns which generators of the model's own the call draws from (the
     # watch's per-op cost is left out of the time: the least of the runs counts).
     try:
-        with (
-            torch.enable_grad(),
-            SaveRecorder(excluded) as saved,
-            GeneratorWatch(_modules_of(function)),
-        ):
+        watch = GeneratorWatch(_modules_of(function)) if recorder is None else recorder
+        on_save = None if recorder is None else recorder.note_save
+        with torch.enable_grad(), SaveRecorder(excluded, on_save) as saved, watch:
             out = function(*args, **kwargs)
     except RuntimeError as error:  # measured inputs are leaves: autograd refuses in-place ops
         if "leaf Variable that requires grad" in str(error):
@@ -264,7 +267,9 @@ def measure_call(
         _synchronize(again)
         seconds.append(now() - start)
         del again
-    return CallMeasurement(input_keys, frozenset(saved.keys), output_keys, min(seconds), out)
+    return CallMeasurement(
+        input_keys, frozenset(saved.keys), output_keys, min(seconds), out, watch.dispatched
+    )
 
 
 def with_menus(profile: Profile, ops: Sequence[Any]) -> Profile:
@@ -282,7 +287,8 @@ def with_menus(profile: Profile, ops: Sequence[Any]) -> Profile:
         return profile
     layers, selective = [], []
     for layer, op_profile in zip(profile.layers, ops):
-        if op_profile is None or not op_profile.replays:  # planned as a block (see replays)
+        if op_profile is None or not (op_profile.replays and op_profile.worth_it):
+            # planned as a block (see OpProfile.replays and worth_it)
             layers.append(layer)
             selective.append(None)
             continue
@@ -333,14 +339,19 @@ def profile_layers(
     exclude: Iterable[Any] = (),
     names: Sequence[str] | None = None,
     granularity: str = "block",
+    alone: bool = True,
 ) -> Profile:
     """Measures what each layer saves for backward and its forward time on `input`.
 
     Layers run one at a time on a detached copy of the previous output, so profiling holds one
     layer's activations at a time; each runs 1 + `repeats` times and its forward time is the
-    least of them (the first run, which also records what is saved, includes warm-up). Storages of parameters and buffers (of the modules among
-    `functions` and in `exclude`) are not activations and are not counted. The RNG state and
-    module buffers are restored afterwards."""
+    least of them (the first run, which also records what is saved, includes warm-up). With
+    `granularity="op"` that first run also records the layer's ops (selective.measure_with_ops),
+    and SAC's modes are measured once per kind of layer (selective.ModesCache). Storages of
+    parameters and buffers (of the modules among `functions` and in `exclude`) are not
+    activations and are not counted. `alone=False` (ranks planning together) takes none of
+    ModesCache's shortcuts, which timings decide: every rank runs each layer as often. The RNG state and module buffers are restored afterwards.
+    """
     functions = list(functions)
     if repeats < 0:
         raise ValueError(f"repeats: must be >= 0, got {repeats}")
@@ -352,16 +363,26 @@ def profile_layers(
     if granularity not in ("op", "block"):
         raise ValueError(f"granularity: expected 'op' or 'block', got {granularity!r}")
     layers, op_profiles = [], []
+    from . import selective
+
+    modes = selective.ModesCache(shortcuts=alone)  # ranks planning together: no shortcuts
     with _PreservedState(modules, devices):
         _, input_bytes = _storage_bytes(input)
         h = input
         for index, function in enumerate(functions):
-            # First: it names a layer that changes its input in place.
-            call = measure_call(function, (h,), {}, excluded, repeats)
-            if granularity == "op":
-                from .selective import profile_ops
-
-                op_profiles.append(profile_ops(function, (h,), {}, excluded, repeats))
+            # The first run names a layer that changes its input in place.
+            modules_here = _modules_of(function)
+            kind = None
+            if granularity == "op" and len(modules_here) == 1 and repeats:
+                kind = modes.kind(modules_here[0], _signature((h,), ints=True))
+            if granularity == "op" and (kind is None or modes.records(kind)):
+                call, ops = selective.measure_with_ops(function, (h,), {}, excluded, repeats)
+            else:
+                call, ops = measure_call(function, (h,), {}, excluded, repeats), None
+            if kind is not None:  # the modes are weighed against the timed forward
+                op_profiles.append(modes.ops_of(kind, function, (h,), {}, excluded, call, ops))
+            elif ops is not None:  # else slowed by recording
+                op_profiles.append(modes.complete(function, (h,), {}, ops, None, repeats))
             in_keys, _ = _storage_bytes(h)
             out_keys, out_bytes = _storage_bytes(call.output)
             layers.append(

@@ -49,9 +49,9 @@ from torch.utils.checkpoint import (
 
 from .. import _solve
 from ..saved_memory import is_traced, sac_storage, storage_key
-from ._runtime import _detached, _modules_of, _synchronize, _tensors, clock
+from ._runtime import _detached, _modules_of, _signature, _synchronize, _tensors, clock
 from .generators import note_draws
-from .profile import SaveRecorder
+from .profile import CallMeasurement, SaveRecorder, measure_call
 
 Key = tuple[str, int, int]
 
@@ -85,6 +85,10 @@ class OpProfile:
     # (data-dependent ops; autocast's weight-cast cache hit in one run and missed in another),
     # the layer gets no selective options: SAC would fail in backward, or diverge from the plan.
     replays: bool = True
+    # False: SAC's modes would cost this layer more than re-running it whole (judged from the
+    # per-op cost measured on other layers, see ModesCache), so it gets no selective options.
+    worth_it: bool = True
+    dispatched: int = 0  # every op the recorded run dispatched, SAC's ignored ones too
 
     @property
     def uncached_floor_seconds(self) -> float:
@@ -124,9 +128,20 @@ class _OpRecorder(TorchDispatchMode):
         # (an op's inputs are saved before it is dispatched, its outputs after).
         self.dispatched_at_last_save = 0
         self.keep_alive: list[Any] = []  # no address is reused while the layer runs
+        self.dispatched = 0  # every op, SAC's ignored ones too
+
+    def note_save(self) -> None:
+        """Called at every save (parameters' too): a re-run stops right at the last one."""
+        self.dispatched_at_last_save = len(self.names)
+
+    def __exit__(self, *exc: Any) -> Any:
+        # The op outputs: the graph's hooks reach the recorder too, and the layer has ended.
+        self.keep_alive.clear()
+        return super().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
         kwargs = kwargs or {}
+        self.dispatched += 1
         if func in SAC_IGNORED_OPS:
             return func(*args, **kwargs)
         note_draws(self.modules, args, kwargs)
@@ -192,44 +207,150 @@ def _casts_weights(function: Callable[..., Any], args: tuple, kwargs: dict) -> b
     )
 
 
+def _new_recorder(function: Callable[..., Any], args: tuple, kwargs: dict) -> _OpRecorder:
+    return _OpRecorder(any(t.is_cuda for t in _tensors((args, kwargs))), _modules_of(function))
+
+
 def _record(function: Callable[..., Any], args: tuple, kwargs: dict, excluded: set[Key]):
-    recorder = _OpRecorder(any(t.is_cuda for t in _tensors((args, kwargs))), _modules_of(function))
-
-    def on_save() -> None:
-        # Every save counts for the early stop, parameters' too.
-        recorder.dispatched_at_last_save = len(recorder.names)
-
-    with torch.enable_grad(), SaveRecorder(excluded, on_save) as saved, recorder:
+    recorder = _new_recorder(function, args, kwargs)
+    with torch.enable_grad(), SaveRecorder(excluded, recorder.note_save) as saved, recorder:
         out = function(*args, **kwargs)
-    outputs = {storage_key(t) for t in _tensors(out)}
-    recorder.keep_alive.clear()  # the op outputs: the graph's hooks reach the recorder too
-    return recorder, saved.keys, outputs
+    return recorder, saved.keys, {storage_key(t) for t in _tensors(out)}
 
 
-def profile_ops(
-    function: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    excluded: set[Key],
-    repeats: int = 2,
-) -> OpProfile:
-    """The ops of one call of a layer, measured on detached copies of its inputs (the caller
-    restores RNG state and buffers). Each op's time is the least over 1 + `repeats` runs. Under
-    autocast with weights to cast, the layer gets no selective options (see _casts_weights)."""
-    args, kwargs = _detached(args), _detached(kwargs)
-    if _casts_weights(function, args, kwargs):
-        return OpProfile((), -1, replays=False)
-    recorder, saved, outputs = _record(function, args, kwargs, excluded)
+class ModesCache:
+    """What one measuring pass learns about SAC's modes, so that it measures them rarely.
+
+    By op sequence (the layer's module classes, its argument signature and its recorded ops:
+    names, bytes, which are cacheable): layers that dispatch the same ops on tensors of the
+    same sizes cost the modes the same and replay alike; they are measured on the first.
+
+    By kind of block (auto_checkpoint: its modules, parameters and buffers, and its argument
+    signature; see `kind`): a block of a kind already profiled reuses that op profile once a
+    plain measuring run dispatched as many ops, so it is not recorded op by op at all.
+
+    Per dispatched op, on CPU: what the modes cost (the caching forward's time over the plain
+    forward, plus the cached re-run's), over the layers measured so far. A layer whose ops
+    would cost, at FLOOR_SHARE of that rate, at least its whole forward time is not measured:
+    every option that caches ops would re-run longer than the whole-block region that caches
+    none, and hold more, so no plan would take one; it is planned as a block
+    (OpProfile.worth_it). On CUDA the modes' cost is host time that overlaps the kernels, not
+    charged, and every layer is measured."""
+
+    # The share of the measured per-op rate another layer is taken to pay at least: its ops
+    # pass through the same Python (the modes and the policy), with other arguments.
+    FLOOR_SHARE = 0.5
+
+    def __init__(self, shortcuts: bool = True) -> None:
+        # Without shortcuts every layer is recorded and its modes measured: ranks planning
+        # together run the same number of forwards (under FSDP each runs collectives), which
+        # timings and data-dependent op counts would not ensure.
+        self.shortcuts = shortcuts
+        self._found: dict[Any, tuple[float, float] | None] = {}
+        self._kinds: dict[Any, OpProfile] = {}
+        self._dispatched = 0  # ops dispatched by the layers whose modes were measured
+        self._seconds = 0.0  # what the modes cost them over their forwards
+
+    def complete(
+        self,
+        function: Callable[..., Any],
+        args: tuple,
+        kwargs: dict,
+        profile: "OpProfile",
+        forward_seconds: float | None,
+        repeats: int = 0,
+    ) -> "OpProfile":
+        """`profile` (from measure_with_ops) with its modes measured, found for its op
+        sequence, or judged not worth measuring against `forward_seconds` (None: measured)."""
+        if not profile.replays:  # its recorded runs differed already
+            return profile
+        classes = tuple(type(m) for m in _modules_of(function))
+        ops = tuple((op.name, op.new_bytes, op.cacheable) for op in profile.ops)
+        key = (classes, _signature((args, kwargs), ints=True), ops, profile.last_needed)
+        if not self.shortcuts:
+            forward_seconds = None
+            self._found.pop(key, None)
+        if key not in self._found:
+            if forward_seconds is not None and not profile.on_cuda:
+                if self.floor_seconds(profile.dispatched) >= forward_seconds:
+                    return replace(profile, worth_it=False)
+            args, kwargs = _detached(args), _detached(kwargs)
+            _synchronize(args)
+            found = measure_modes(function, args, kwargs, profile, repeats)
+            self._found[key] = found
+            if found is not None and forward_seconds is not None and profile.dispatched:
+                self._dispatched += profile.dispatched
+                self._seconds += max(0.0, found[0] - forward_seconds) + found[1]
+        found = self._found[key]
+        # On CUDA the modes' cost is host time that overlaps the kernels already queued.
+        seconds = None if profile.on_cuda else found
+        return replace(profile, modes_seconds=seconds, replays=found is not None)
+
+    def floor_seconds(self, dispatched: int) -> float:
+        """What SAC's modes would cost a layer that dispatches `dispatched` ops at least, at
+        FLOOR_SHARE of the rate measured so far (0 before any)."""
+        if not self._dispatched:
+            return 0.0
+        return self.FLOOR_SHARE * dispatched * self._seconds / self._dispatched
+
+    @staticmethod
+    def kind(module: nn.Module, signature: Any) -> Any:
+        """A block's kind: its submodules' classes, its parameters' and buffers' shapes,
+        dtypes and devices, and the signature it was called with."""
+        modules = tuple((name, type(m)) for name, m in module.named_modules())
+        tensors = tuple(
+            (name, tuple(t.shape), t.dtype, t.device, t.requires_grad)
+            for name, t in (*module.named_parameters(), *module.named_buffers())
+        )
+        return modules, tensors, signature
+
+    def records(self, kind: Any) -> bool:
+        """Whether a layer of `kind` records its ops in the run that measures it: its kind is
+        new and the modes' per-op cost is not known yet (see ops_of)."""
+        return not self.shortcuts or kind not in self._kinds and not self._dispatched
+
+    def ops_of(
+        self,
+        kind: Any,
+        function: Callable[..., Any],
+        args: tuple,
+        kwargs: dict,
+        excluded: set[Key],
+        measured: CallMeasurement,
+        recorded: "OpProfile | None",
+    ) -> "OpProfile":
+        """A layer's op profile, SAC's modes measured only where they could pay: `recorded`
+        by its measuring run (measure_with_ops); else that of a layer of its kind that
+        dispatched as many ops; else none worth having when the modes' per-op cost at
+        FLOOR_SHARE exceeds its forward time; else recorded now, in one more run. `measured`:
+        its measuring run, with the forward time the modes are weighed against."""
+        seconds = measured.forward_seconds
+        if recorded is None:
+            known = self._kinds.get(kind)
+            if known is not None and known.dispatched == measured.dispatched:
+                return known
+            if self.floor_seconds(measured.dispatched) >= seconds:
+                found = OpProfile((), -1, worth_it=False, dispatched=measured.dispatched)
+                self._kinds.setdefault(kind, found)
+                return found
+            recorded = record_ops(function, args, kwargs, excluded)
+        found = self.complete(function, args, kwargs, recorded, seconds)
+        self._kinds.setdefault(kind, found)
+        return found
+
+
+def _op_profile(recorders: Sequence[_OpRecorder], outputs: set[Key]) -> OpProfile:
+    """The ops of the first recorded run, each timed as the least over `recorders`. When the
+    runs dispatched other ops (data-dependent ops), the first run's times and replays=False."""
+    recorder = recorders[0]
     seconds = [[s] for s in recorder.seconds]
     same_ops = True
-    for _ in range(repeats):
-        again, _, _ = _record(function, args, kwargs, excluded)
-        if again.names != recorder.names:  # data-dependent ops: keep the first run's times
+    for again in recorders[1:]:
+        if again.names != recorder.names:
             same_ops = False
             break
         for times, s in zip(seconds, again.seconds):
             times.append(s)
-        del again
     mutated_later: set[int] = set()
     for index, keys in enumerate(recorder.mutates):
         for key in keys:
@@ -260,12 +381,93 @@ def profile_ops(
                 why_not=why_not,
             )
         )
-    on_cuda = recorder.device_sync
-    del recorder
-    _synchronize(args)
-    profile = OpProfile(tuple(ops), last_needed, on_cuda)
-    modes = measure_modes(function, args, kwargs, profile, repeats) if same_ops else None
-    return replace(profile, modes_seconds=None if on_cuda else modes, replays=modes is not None)
+    return OpProfile(
+        tuple(ops),
+        last_needed,
+        recorder.device_sync,
+        replays=same_ops,
+        dispatched=recorder.dispatched,
+    )
+
+
+def _recorded_runs(
+    first: _OpRecorder,
+    function: Callable[..., Any],
+    args: tuple,
+    kwargs: dict,
+    excluded: set[Key],
+    repeats: int,
+) -> list[_OpRecorder]:
+    """`first` and up to `repeats` more recorded runs, stopping at one whose ops differ."""
+    recorders = [first]
+    for _ in range(repeats):
+        again, _, _ = _record(function, args, kwargs, excluded)
+        recorders.append(again)
+        if again.names != first.names:
+            break
+    return recorders
+
+
+def profile_ops(
+    function: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    excluded: set[Key],
+    repeats: int = 2,
+    modes: ModesCache | None = None,
+) -> OpProfile:
+    """The ops of one call of a layer, measured on detached copies of its inputs (the caller
+    restores RNG state and buffers), with SAC's modes (`modes`: where findings for layers of
+    the same ops are kept). Each op's time is the least over 1 + `repeats` runs. Under
+    autocast with weights to cast, the layer gets no selective options (see _casts_weights)."""
+    profile = record_ops(function, args, kwargs, excluded, repeats)
+    return (modes or ModesCache()).complete(function, args, kwargs, profile, None, repeats)
+
+
+def record_ops(
+    function: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    excluded: set[Key],
+    repeats: int = 0,
+) -> OpProfile:
+    """profile_ops without SAC's modes (ModesCache.complete measures them)."""
+    args, kwargs = _detached(args), _detached(kwargs)
+    if _casts_weights(function, args, kwargs):
+        return OpProfile((), -1, replays=False)
+    first, _, outputs = _record(function, args, kwargs, excluded)
+    recorders = _recorded_runs(first, function, args, kwargs, excluded, repeats)
+    profile = _op_profile(recorders, outputs)
+    del recorders, first
+    return profile
+
+
+def measure_with_ops(
+    function: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    excluded: set[Key],
+    repeats: int = 0,
+    name: str | None = None,
+) -> tuple[CallMeasurement, OpProfile]:
+    """measure_call and profile_ops from one recorded run: the run that notes what autograd
+    saves also records the ops (their times, the storages they create and write, the generators
+    they draw from), so a layer profiled at op level runs once less than measuring and
+    profiling it apart. The forward time is the least of that run (slowed by the recording)
+    and `repeats` plain ones; each op's time the least of that run and `repeats` recorded
+    ones. The op profile still lacks SAC's modes: ModesCache.complete measures them, once the
+    caller knows the layer's forward time."""
+    if _casts_weights(function, args, kwargs):
+        measured = measure_call(function, args, kwargs, excluded, repeats, name)
+        return measured, OpProfile((), -1, replays=False)
+    first = _new_recorder(function, args, kwargs)
+    measured = measure_call(function, args, kwargs, excluded, repeats, name, recorder=first)
+    outputs = {storage_key(t) for t in _tensors(measured.output)}
+    args, kwargs = _detached(args), _detached(kwargs)
+    recorders = _recorded_runs(first, function, args, kwargs, excluded, repeats)
+    profile = _op_profile(recorders, outputs)
+    del recorders, first
+    return measured, profile
 
 
 def measure_modes(
@@ -458,11 +660,13 @@ def describe(profile: OpProfile, entry: MenuEntry) -> str:
 
 __all__ = [
     "MenuEntry",
+    "ModesCache",
     "OpProfile",
     "OpRecord",
     "context_fn",
     "describe",
     "entry_of",
+    "measure_with_ops",
     "menu",
     "profile_ops",
 ]
