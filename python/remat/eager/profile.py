@@ -339,7 +339,7 @@ def profile_layers(
     exclude: Iterable[Any] = (),
     names: Sequence[str] | None = None,
     granularity: str = "block",
-    alone: bool = True,
+    alone: bool | None = None,
 ) -> Profile:
     """Measures what each layer saves for backward and its forward time on `input`.
 
@@ -349,7 +349,7 @@ def profile_layers(
     `granularity="op"` that first run also records the layer's ops (selective.measure_with_ops),
     and SAC's modes are measured once per kind of layer (selective.ModesCache). Storages of
     parameters and buffers (of the modules among `functions` and in `exclude`) are not
-    activations and are not counted. `alone=False` (ranks planning together) takes none of
+    activations and are not counted. `alone=False` (ranks planning together; the default under a process group) takes none of
     ModesCache's shortcuts, which timings decide: every rank runs each layer as often. The RNG state and module buffers are restored afterwards.
     """
     functions = list(functions)
@@ -365,6 +365,10 @@ def profile_layers(
     layers, op_profiles = [], []
     from . import selective
 
+    from . import distributed
+
+    if alone is None:  # under a process group its ranks may agree on this profile
+        alone = not distributed.active()
     modes = selective.ModesCache(shortcuts=alone)  # ranks planning together: no shortcuts
     with _PreservedState(modules, devices):
         _, input_bytes = _storage_bytes(input)
