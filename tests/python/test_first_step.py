@@ -12,7 +12,7 @@ from torch import nn
 
 import remat.torch as rt
 from remat.eager import planning, selective
-from remat.eager.profile import CallMeasurement, LayerProfile, Profile, with_menus
+from remat.eager.profile import CallMeasurement, LayerProfile, Profile, measure_call, with_menus
 
 
 class _Block(nn.Module):
@@ -73,10 +73,10 @@ def test_blocks_of_one_kind_are_recorded_and_their_modes_measured_once(monkeypat
     modes = _counting(monkeypatch, selective, "measure_modes")
     recorded = _counting(monkeypatch, selective, "measure_with_ops")
     recorded_later = _counting(monkeypatch, selective, "record_ops")
-    budget = rt.measure(copy.deepcopy(model), x, blocks="layers", verbose=False)
+    measured = rt.measure(copy.deepcopy(model), x, blocks="layers", verbose=False)
     modes[0] = recorded[0] = recorded_later[0] = 0
     rt.auto_checkpoint(
-        model, memory_budget=budget.no_checkpoint_bytes - 1, blocks="layers", granularity="op"
+        model, memory_budget=measured.no_checkpoint_bytes - 1, blocks="layers", granularity="op"
     )
     _steps_equal(model, plain, x, 3)
     # The first block records its ops as it is measured and calibrates the modes. Its input,
@@ -124,23 +124,21 @@ def test_measuring_with_ops_matches_measuring_and_profiling_apart():
     rng = torch.random.get_rng_state()
     call, ops = selective.measure_with_ops(block, (x,), kwargs, set())
     torch.random.set_rng_state(rng)
-    alone = rt_measure_call(block, (x,), kwargs)
+    alone = measure_call(block, (x,), kwargs, set(), repeats=0)
     torch.random.set_rng_state(rng)
     apart = selective.profile_ops(block, (x,), kwargs, set(), repeats=0)
     assert isinstance(call, CallMeasurement)
-    size = lambda keys: sorted(k[2] for k in keys)  # noqa: E731  (addresses differ run to run)
-    assert size(call.saved_keys) == size(alone.saved_keys)
-    assert size(call.output_keys) == size(alone.output_keys)
+    assert _sizes(call.saved_keys) == _sizes(alone.saved_keys)
+    assert _sizes(call.output_keys) == _sizes(alone.output_keys)
     assert [(o.name, o.new_bytes, o.cacheable, o.why_not) for o in ops.ops] == [
         (o.name, o.new_bytes, o.cacheable, o.why_not) for o in apart.ops
     ]
     assert ops.last_needed == apart.last_needed and ops.dispatched == apart.dispatched
 
 
-def rt_measure_call(function, args, kwargs):
-    from remat.eager.profile import measure_call
-
-    return measure_call(function, args, kwargs, set(), repeats=0)
+def _sizes(keys) -> list[int]:
+    """Storage sizes: addresses differ from run to run."""
+    return sorted(key[2] for key in keys)
 
 
 class _Chain(nn.Module):

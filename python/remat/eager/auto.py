@@ -79,9 +79,9 @@ class _Step:
     # Per block call run as a region: its name and its tensor inputs with their versions.
     region_inputs: list[tuple[str, list[tuple[torch.Tensor, int]]]] = field(default_factory=list)
     chain_calls: int = 0  # calls of a stock nn.Sequential chain in this step
-    # While measuring at op level: what SAC's modes cost, and the op profiles of each kind of
-    # block (see selective.ModesCache; without its shortcuts under a process group).
-    modes: selective.ModesCache = field(default_factory=selective.ModesCache)
+    # While measuring: what SAC's modes cost, and the op profiles of each kind of block (see
+    # selective.ModesCache; without its shortcuts under a process group).
+    modes: selective.ModesCache | None = None
 
 
 class _OutsideSaves:
@@ -326,9 +326,10 @@ class AutoCheckpoint:
             profile, calls = self._profiles[key]
             found = self._make_block_plan(plan_key, key, profile, calls)
         self._step = _Step(key, plan_key, found.plan if found else None)
-        self._step.modes.shortcuts = not distributed.active(self.plan_group)
         if found is None:
             self._step.outside = _OutsideSaves(lambda: self._inside > 0).__enter__()
+            alone = not distributed.active(self.plan_group)
+            self._step.modes = selective.ModesCache(shortcuts=alone)
         return None
 
     def _plan_key(self, key: Any, known: bool) -> tuple[Any, bool]:
@@ -508,6 +509,7 @@ class AutoCheckpoint:
         devices = {t.device for t in _tensors((args, kwargs))}
         name = self._name(module)
         modes = step.modes
+        assert modes is not None  # a measuring step
         kind = modes.kind(module, signature) if self.granularity == "op" else None
         # At op level, a block of a new kind records its ops in the run that measures it until
         # the modes' per-op cost is known; later blocks are measured plainly first (see
@@ -648,10 +650,9 @@ class AutoCheckpoint:
                 self._inside -= 1
             self._chain_plans[plan_key] = found
             self.plans[key] = found
-            if online and found.regions and found.profile.max_region_layers == 0:
-                candidates = tuning_candidates(found)
-                if len(candidates) > 1:
-                    self._tunings[plan_key] = OnlineTuning(candidates)
+            candidates = tuning_candidates(found) if online else {}
+            if len(candidates) > 1:
+                self._tunings[plan_key] = OnlineTuning(candidates)
         tuning = self._tunings.get(plan_key)
         if tuning is not None and tuning.done():
             found = tuning.result()

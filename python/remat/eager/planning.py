@@ -398,7 +398,7 @@ def tune_plan(
     hooks, reduce-scattering gradients and resharding parameters in the middle of the step
     (the model's next layer then met sharded weights)."""
     p = planned.profile
-    if not planned.regions or p.max_region_layers != 0:
+    if not _tunable(planned):
         return planned
     modules = [m for f in functions for m in _modules_of(f)]
     if any(has_fsdp_modules(m) for m in modules):
@@ -437,7 +437,10 @@ def tune_plan(
 def tuning_candidates(planned: Plan, max_candidates: int = 3) -> dict[str, Plan]:
     """The plans tuning times, by label: the planner's ("planner") and at most
     `max_candidates` - 1 uniform segmentations (torch's checkpoint_sequential layout, re-run
-    whole) whose predicted peak fits the budget, those with the least predicted recompute."""
+    whole) whose predicted peak fits the budget, those with the least predicted recompute.
+    Only the planner's when tuning cannot change the plan (see _tunable)."""
+    if not _tunable(planned):
+        return {"planner": planned}
     p = planned.profile
     layers, overhead = p.core_layers(), p.region_overhead_seconds
     fitting = []
@@ -458,6 +461,12 @@ def tuning_candidates(planned: Plan, max_candidates: int = 3) -> dict[str, Plan]
             predicted_recompute_seconds=recompute,
         )
     return candidates
+
+
+def _tunable(planned: Plan) -> bool:
+    """Whether tuning may choose another plan: this one needs a region, and regions may span
+    several layers (uniform segmentations do)."""
+    return bool(planned.regions) and planned.profile.max_region_layers == 0
 
 
 def fastest(candidates: dict[str, Plan], seconds: dict[str, float]) -> Plan:

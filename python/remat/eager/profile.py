@@ -349,9 +349,9 @@ def profile_layers(
     `granularity="op"` that first run also records the layer's ops (selective.measure_with_ops),
     and SAC's modes are measured once per kind of layer (selective.ModesCache). Storages of
     parameters and buffers (of the modules among `functions` and in `exclude`) are not
-    activations and are not counted. `alone=False` (ranks planning together; the default under a process group) takes none of
-    ModesCache's shortcuts, which timings decide: every rank runs each layer as often. The RNG state and module buffers are restored afterwards.
-    """
+    activations and are not counted. The RNG state and module buffers are restored afterwards.
+    `alone=False` (ranks planning together; the default under a process group) takes none of
+    ModesCache's shortcuts, which timings decide: every rank runs each layer as often."""
     functions = list(functions)
     if repeats < 0:
         raise ValueError(f"repeats: must be >= 0, got {repeats}")
@@ -362,14 +362,12 @@ def profile_layers(
     devices = {t.device for t in _tensors(input)}
     if granularity not in ("op", "block"):
         raise ValueError(f"granularity: expected 'op' or 'block', got {granularity!r}")
-    layers, op_profiles = [], []
-    from . import selective
-
-    from . import distributed
+    from . import distributed, selective  # both import this module
 
     if alone is None:  # under a process group its ranks may agree on this profile
         alone = not distributed.active()
-    modes = selective.ModesCache(shortcuts=alone)  # ranks planning together: no shortcuts
+    modes = selective.ModesCache(shortcuts=alone)
+    layers, op_profiles = [], []
     with _PreservedState(modules, devices):
         _, input_bytes = _storage_bytes(input)
         h = input
@@ -385,7 +383,7 @@ def profile_layers(
                 call, ops = measure_call(function, (h,), {}, excluded, repeats), None
             if kind is not None:  # the modes are weighed against the timed forward
                 op_profiles.append(modes.ops_of(kind, function, (h,), {}, excluded, call, ops))
-            elif ops is not None:  # else slowed by recording
+            elif ops is not None:  # no plain timing run (repeats=0): nothing to weigh against
                 op_profiles.append(modes.complete(function, (h,), {}, ops, None, repeats))
             in_keys, _ = _storage_bytes(h)
             out_keys, out_bytes = _storage_bytes(call.output)

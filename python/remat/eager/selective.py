@@ -267,21 +267,18 @@ class ModesCache:
         classes = tuple(type(m) for m in _modules_of(function))
         ops = tuple((op.name, op.new_bytes, op.cacheable) for op in profile.ops)
         key = (classes, _signature((args, kwargs), ints=True), ops, profile.last_needed)
-        if not self.shortcuts:
-            forward_seconds = None
-            self._found.pop(key, None)
-        if key not in self._found:
-            if forward_seconds is not None and not profile.on_cuda:
-                if self.floor_seconds(profile.dispatched) >= forward_seconds:
-                    return replace(profile, worth_it=False)
+        if self.shortcuts and key in self._found:
+            found = self._found[key]
+        else:
+            weighed = self.shortcuts and forward_seconds is not None and not profile.on_cuda
+            if weighed and self.floor_seconds(profile.dispatched) >= forward_seconds:
+                return replace(profile, worth_it=False)
             args, kwargs = _detached(args), _detached(kwargs)
             _synchronize(args)
-            found = measure_modes(function, args, kwargs, profile, repeats)
-            self._found[key] = found
+            found = self._found[key] = measure_modes(function, args, kwargs, profile, repeats)
             if found is not None and forward_seconds is not None and profile.dispatched:
                 self._dispatched += profile.dispatched
                 self._seconds += max(0.0, found[0] - forward_seconds) + found[1]
-        found = self._found[key]
         # On CUDA the modes' cost is host time that overlaps the kernels already queued.
         seconds = None if profile.on_cuda else found
         return replace(profile, modes_seconds=seconds, replays=found is not None)
@@ -436,10 +433,7 @@ def record_ops(
     if _casts_weights(function, args, kwargs):
         return OpProfile((), -1, replays=False)
     first, _, outputs = _record(function, args, kwargs, excluded)
-    recorders = _recorded_runs(first, function, args, kwargs, excluded, repeats)
-    profile = _op_profile(recorders, outputs)
-    del recorders, first
-    return profile
+    return _op_profile(_recorded_runs(first, function, args, kwargs, excluded, repeats), outputs)
 
 
 def measure_with_ops(
@@ -464,10 +458,8 @@ def measure_with_ops(
     measured = measure_call(function, args, kwargs, excluded, repeats, name, recorder=first)
     outputs = {storage_key(t) for t in _tensors(measured.output)}
     args, kwargs = _detached(args), _detached(kwargs)
-    recorders = _recorded_runs(first, function, args, kwargs, excluded, repeats)
-    profile = _op_profile(recorders, outputs)
-    del recorders, first
-    return measured, profile
+    runs = _recorded_runs(first, function, args, kwargs, excluded, repeats)
+    return measured, _op_profile(runs, outputs)
 
 
 def measure_modes(
