@@ -462,6 +462,41 @@ def test_outputs_and_gradients_equal_the_unwrapped_model(shape):
         assert torch.equal(a.get_state(), b.get_state())
 
 
+def test_a_rerun_sets_only_the_generators_its_forward_drew_from(monkeypatch):
+    """Setting NumPy's global state costs about as much as a small block's ops: a re-run
+    replays a generator only when its state moved since the forward began, and then it
+    re-draws what the forward drew and leaves the state where it found it."""
+    from remat.eager import generators
+
+    set_calls = []
+    original = generators._set_state
+    monkeypatch.setattr(
+        generators, "_set_state", lambda g, state: set_calls.append(g) or original(g, state)
+    )
+    own = torch.Generator().manual_seed(3)
+
+    class Owner(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gen = own
+
+    quiet = generators.GeneratorReplay([Owner()])
+    assert quiet.run(lambda: 1.0) == 1.0
+    assert quiet.run(lambda: 1.0) == 1.0 and set_calls == []  # nothing drew: nothing set
+
+    noisy = generators.GeneratorReplay([Owner()])
+    drawn = noisy.run(
+        lambda: (random.random(), float(numpy.random.rand()), torch.rand(1, generator=own))
+    )
+    after = (random.getstate(), own.get_state())
+    again = noisy.run(
+        lambda: (random.random(), float(numpy.random.rand()), torch.rand(1, generator=own))
+    )
+    assert drawn[:2] == again[:2] and torch.equal(drawn[2], again[2])
+    assert set_calls.count(generators._HOST) == 2 and set_calls.count(own) == 2  # set, put back
+    assert random.getstate() == after[0] and torch.equal(own.get_state(), after[1])
+
+
 def test_a_generator_assigned_anew_every_step_is_replayed():
     # Generator attributes were looked up once per module: one reseeded by assignment each step
     # was not replayed, and the re-runs drew other noise (gradients differed).

@@ -318,7 +318,7 @@ def _flop_like_op_times(monkeypatch) -> None:
 
     complete = selective.ModesCache.complete
 
-    def without_modes_cost(self, function, args, kwargs, profile, forward_seconds, repeats=0):
+    def without_modes_cost(self, function, args, kwargs, profile, forward_seconds, repeats=0, **_):
         found = complete(self, function, args, kwargs, profile, None, repeats)
         return dataclasses.replace(found, modes_seconds=None)
 

@@ -82,6 +82,10 @@ class _Step:
     # While measuring: what SAC's modes cost, and the op profiles of each kind of block (see
     # selective.ModesCache; without its shortcuts under a process group).
     modes: selective.ModesCache | None = None
+    # While measuring: the storages of the model's parameters and buffers (see _excluded), and
+    # whether the model holds FSDP2 modules.
+    excluded: set[tuple[str, int, int]] | None = None
+    sharded: bool = False
 
 
 class _OutsideSaves:
@@ -505,7 +509,7 @@ class AutoCheckpoint:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
-        excluded = excluded_storages([self.model])
+        excluded = self._excluded(step)
         devices = {t.device for t in _tensors((args, kwargs))}
         name = self._name(module)
         modes = step.modes
@@ -550,6 +554,17 @@ class AutoCheckpoint:
         step.calls.append(RecordedCall.of(module, name, signature, measured, outputs, ops))
         step.last_outputs = out
         return out
+
+    def _excluded(self, step: _Step) -> set[tuple[str, int, int]]:
+        """The storages of the model's parameters and buffers, read once a step: a walk of the
+        model a block cost a real share of a small block's measuring. Under FSDP2 they are read
+        at every block, whose parameters are gathered into fresh storage for its forward and
+        freed after (a stale key could name an activation allocated there later)."""
+        if step.excluded is None:
+            step.sharded = has_fsdp_modules(self.model)
+        if step.excluded is None or step.sharded:
+            step.excluded = excluded_storages([self.model])
+        return step.excluded
 
     def _run(
         self,

@@ -409,10 +409,22 @@ def profile_layers(
     return with_menus(profile, op_profiles) if op_profiles else profile
 
 
+# Measured region overheads, by device, thread count and repeats: a property of the machine
+# and of torch, not of the model, so a process measures it once.
+_REGION_OVERHEADS: dict[tuple[str, int, int], float] = {}
+
+
 def _region_overhead(input: Any, repeats: int) -> float:
     """Seconds one checkpoint region adds to a step besides re-running its layers: a region
     around a single cheap op, forward and backward, against the op alone."""
     device = next(iter(_tensors(input))).device if _tensors(input) else torch.device("cpu")
+    key = (str(device), torch.get_num_threads(), repeats)
+    if key not in _REGION_OVERHEADS:
+        _REGION_OVERHEADS[key] = _measure_region_overhead(device, repeats)
+    return _REGION_OVERHEADS[key]
+
+
+def _measure_region_overhead(device: torch.device, repeats: int) -> float:
     x = torch.ones(8, device=device, requires_grad=True)
 
     def op(t: torch.Tensor) -> torch.Tensor:

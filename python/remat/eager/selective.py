@@ -42,7 +42,6 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import (
-    SAC_IGNORED_OPS,
     CheckpointPolicy,
     create_selective_checkpoint_contexts,
 )
@@ -51,6 +50,7 @@ from .. import _solve
 from ..saved_memory import is_traced, sac_storage, storage_key
 from ._runtime import _detached, _modules_of, _signature, _synchronize, _tensors, clock
 from .generators import note_draws
+from .op_facts import argument, draws_random, facts_of
 from .profile import CallMeasurement, SaveRecorder, measure_call
 
 Key = tuple[str, int, int]
@@ -142,10 +142,11 @@ class _OpRecorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
         kwargs = kwargs or {}
         self.dispatched += 1
-        if func in SAC_IGNORED_OPS:
+        facts = facts_of(func)
+        if facts.ignored:
             return func(*args, **kwargs)
-        note_draws(self.modules, args, kwargs)
-        inputs = {storage_key(t) for t in _tensors((args, kwargs))}
+        note_draws(self.modules, facts, args, kwargs)
+        inputs = _storage_keys(args, kwargs)
         if self.device_sync:
             torch.cuda.synchronize()
         start = self.now()
@@ -154,39 +155,32 @@ class _OpRecorder(TorchDispatchMode):
             torch.cuda.synchronize()
         seconds = self.now() - start
         index = len(self.names)
-        keys = {storage_key(t) for t in _tensors(out)}
-        created = {k for k in keys if k not in inputs and k not in self.producer}
+        producer = self.producer
+        created = {k for k in _storage_keys((out,), {}) if k not in inputs and k not in producer}
         for key in created:
-            self.producer[key] = index
+            producer[key] = index
         mutated = set()
-        if func._schema.is_mutable:
-            # Keyword arguments too: torch.add(s, v, out=s) writes s through its `out`.
-            for position, argument in enumerate(func._schema.arguments):
-                if argument.alias_info is None or not argument.alias_info.is_write:
-                    continue
-                value = args[position] if position < len(args) else kwargs.get(argument.name)
-                mutated |= {storage_key(t) for t in _tensors(value)}
-        self.names.append(str(func))
+        # Keyword arguments too: torch.add(s, v, out=s) writes s through its `out`.
+        for value in argument(facts.writes, args, kwargs):
+            mutated |= {storage_key(t) for t in _tensors(value)}
+        self.names.append(facts.name)
         self.seconds.append(seconds)
         self.created.append(created)
-        self.random.append(_draws_random(func, args, kwargs))
+        self.random.append(draws_random(facts, args, kwargs))
         self.mutates.append(mutated)
         self.keep_alive.append(out)
         return out
 
 
-def _draws_random(func: Any, args: tuple, kwargs: dict) -> bool:
-    """Whether the op draws from the RNG. Seeded ops do, except attention kernels called with
-    dropout_p == 0 (every scaled_dot_product_attention without dropout, which torch tags
-    seeded for its dropout): they draw nothing, so caching one shifts no later RNG offset."""
-    if torch.Tag.nondeterministic_seeded not in func.tags:
-        return False
-    names = [argument.name for argument in func._schema.arguments]
-    if "dropout_p" not in names:
-        return True
-    index = names.index("dropout_p")
-    value = args[index] if index < len(args) else kwargs.get("dropout_p", 0.0)
-    return not (isinstance(value, (int, float)) and value == 0)
+def _storage_keys(args: tuple, kwargs: dict) -> set[Key]:
+    """The storages of the tensors among an op's arguments (one level of lists, as aten's)."""
+    keys = set()
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            keys.add(storage_key(value))
+        elif isinstance(value, (list, tuple, dict)):
+            keys.update(storage_key(t) for t in _tensors(value))
+    return keys
 
 
 def _casts_weights(function: Callable[..., Any], args: tuple, kwargs: dict) -> bool:
@@ -225,6 +219,11 @@ class ModesCache:
     names, bytes, which are cacheable): layers that dispatch the same ops on tensors of the
     same sizes cost the modes the same and replay alike; they are measured on the first.
 
+    By op names (the same, without sizes), when the layer's forward time is known: what the
+    modes add is per-op Python (the modes, the policy, the cache), so a layer of the same ops at
+    other sizes (a ConvNeXt stage's block) is charged what they added to the first one's
+    forward, and replays alike (the same code dispatched the same ops).
+
     By kind of block (auto_checkpoint: its modules, parameters and buffers, and its argument
     signature; see `kind`): a block of a kind already profiled reuses that op profile once a
     plain measuring run dispatched as many ops, so it is not recorded op by op at all.
@@ -234,7 +233,8 @@ class ModesCache:
     would cost, at FLOOR_SHARE of that rate, at least its whole forward time is not measured:
     every option that caches ops would re-run longer than the whole-block region that caches
     none, and hold more, so no plan would take one; it is planned as a block
-    (OpProfile.worth_it). On CUDA the modes' cost is host time that overlaps the kernels, not
+    (OpProfile.worth_it). The forward time weighed here is that of a plain run of the layer,
+    made before anything costlier (see _plain_forward). On CUDA the modes' cost is host time that overlaps the kernels, not
     charged, and every layer is measured."""
 
     # The share of the measured per-op rate another layer is taken to pay at least: its ops
@@ -247,7 +247,12 @@ class ModesCache:
         # timings and data-dependent op counts would not ensure.
         self.shortcuts = shortcuts
         self._found: dict[Any, tuple[float, float] | None] = {}
+        # By op names alone (the classes, the ops and which are cacheable, where a re-run
+        # ends; not their sizes): what the modes added to a forward, and the cached re-run.
+        self._overheads: dict[Any, tuple[float, float] | None] = {}
         self._kinds: dict[Any, OpProfile] = {}
+        # By a kind's classes: whether the last layer of them was worth profiling (see records).
+        self._classes_worth: dict[Any, bool] = {}
         self._dispatched = 0  # ops dispatched by the layers whose modes were measured
         self._seconds = 0.0  # what the modes cost them over their forwards
 
@@ -259,29 +264,75 @@ class ModesCache:
         profile: "OpProfile",
         forward_seconds: float | None,
         repeats: int = 0,
+        plain_seconds: float | None = None,
     ) -> "OpProfile":
         """`profile` (from measure_with_ops) with its modes measured, found for its op
-        sequence, or judged not worth measuring against `forward_seconds` (None: measured)."""
+        sequence, or judged not worth measuring against `forward_seconds` (None: measured).
+        `plain_seconds`: a plain run's time, when the caller has one (see _plain_forward)."""
         if not profile.replays:  # its recorded runs differed already
             return profile
         classes = tuple(type(m) for m in _modules_of(function))
         ops = tuple((op.name, op.new_bytes, op.cacheable) for op in profile.ops)
         key = (classes, _signature((args, kwargs), ints=True), ops, profile.last_needed)
+        names = (classes, tuple((op.name, op.cacheable) for op in profile.ops), profile.last_needed)
+        timed = forward_seconds is not None
         if self.shortcuts and key in self._found:
             found = self._found[key]
+        elif self.shortcuts and timed and names in self._overheads:
+            found = self._rebased(self._overheads[names], forward_seconds)
         else:
-            weighed = self.shortcuts and forward_seconds is not None and not profile.on_cuda
-            if weighed and self.floor_seconds(profile.dispatched) >= forward_seconds:
-                return replace(profile, worth_it=False)
+            weighed = self.shortcuts and timed and not profile.on_cuda
             args, kwargs = _detached(args), _detached(kwargs)
+            plain = forward_seconds
+            if weighed:
+                plain = self._plain_forward(function, args, kwargs, forward_seconds, plain_seconds)
+                if self.floor_seconds(profile.dispatched) >= plain:
+                    return replace(profile, worth_it=False)
             _synchronize(args)
             found = self._found[key] = measure_modes(function, args, kwargs, profile, repeats)
-            if found is not None and forward_seconds is not None and profile.dispatched:
+            if timed:
+                overhead = None if found is None else (found[0] - forward_seconds, found[1])
+                self._overheads[names] = overhead
+            if found is not None and weighed and profile.dispatched:
                 self._dispatched += profile.dispatched
-                self._seconds += max(0.0, found[0] - forward_seconds) + found[1]
+                self._seconds += max(0.0, found[0] - plain) + found[1]
         # On CUDA the modes' cost is host time that overlaps the kernels already queued.
         seconds = None if profile.on_cuda else found
         return replace(profile, modes_seconds=seconds, replays=found is not None)
+
+    @staticmethod
+    def _rebased(
+        overhead: tuple[float, float] | None, forward_seconds: float
+    ) -> tuple[float, float] | None:
+        """Modes measured on a layer of the same ops, for a layer whose forward takes
+        `forward_seconds`: what they add to the forward is kept, as is the cached re-run."""
+        if overhead is None:
+            return None
+        return forward_seconds + overhead[0], overhead[1]
+
+    @staticmethod
+    def _plain_forward(
+        function: Callable[..., Any],
+        args: tuple,
+        kwargs: dict,
+        forward_seconds: float,
+        plain_seconds: float | None,
+    ) -> float:
+        """The layer's forward time as the modes are weighed against it: the least of
+        `forward_seconds` and a run with no dispatch mode and no region around it. The first
+        step times a layer under the measuring mode and as a region, and on a small CPU layer
+        each adds about as much as the layer's own ops (ConvNeXt's blocks: 0.2 ms of ops timed
+        at 0.8 ms), which would make the modes look cheap next to it."""
+        if plain_seconds is None:
+            now = clock()
+            _synchronize((args, kwargs))
+            start = now()
+            with torch.enable_grad():
+                out = function(*args, **kwargs)
+            _synchronize(out)
+            plain_seconds = now() - start
+            del out
+        return min(forward_seconds, plain_seconds)
 
     def floor_seconds(self, dispatched: int) -> float:
         """What SAC's modes would cost a layer that dispatches `dispatched` ops at least, at
@@ -303,8 +354,13 @@ class ModesCache:
 
     def records(self, kind: Any) -> bool:
         """Whether a layer of `kind` records its ops in the run that measures it: its kind is
-        new and the modes' per-op cost is not known yet (see ops_of)."""
-        return not self.shortcuts or kind not in self._kinds and not self._dispatched
+        new, and either the modes' per-op cost is not known yet or a layer of the same classes
+        (another stage's block, at other sizes) was found worth profiling (see ops_of)."""
+        if not self.shortcuts:
+            return True
+        if kind in self._kinds:
+            return False
+        return not self._dispatched or self._classes_worth.get(_classes_of(kind), False)
 
     def ops_of(
         self,
@@ -321,19 +377,31 @@ class ModesCache:
         dispatched as many ops; else none worth having when the modes' per-op cost at
         FLOOR_SHARE exceeds its forward time; else recorded now, in one more run. `measured`:
         its measuring run, with the forward time the modes are weighed against."""
-        seconds = measured.forward_seconds
+        seconds, plain = measured.forward_seconds, None
         if recorded is None:
             known = self._kinds.get(kind)
             if known is not None and known.dispatched == measured.dispatched:
                 return known
-            if self.floor_seconds(measured.dispatched) >= seconds:
+            floor = self.floor_seconds(measured.dispatched)
+            if 0 < floor < seconds:  # before recording it, weigh it against a plain run
+                detached = _detached(args), _detached(kwargs)
+                plain = self._plain_forward(function, *detached, seconds, None)
+            if floor >= (seconds if plain is None else plain):
                 found = OpProfile((), -1, worth_it=False, dispatched=measured.dispatched)
                 self._kinds.setdefault(kind, found)
+                self._classes_worth[_classes_of(kind)] = False
                 return found
             recorded = record_ops(function, args, kwargs, excluded)
-        found = self.complete(function, args, kwargs, recorded, seconds)
+        found = self.complete(function, args, kwargs, recorded, seconds, plain_seconds=plain)
         self._kinds.setdefault(kind, found)
+        self._classes_worth[_classes_of(kind)] = found.worth_it and found.replays
         return found
+
+
+def _classes_of(kind: Any) -> Any:
+    """A kind's submodules' classes, without names, sizes or signature."""
+    modules, _, _ = kind
+    return tuple(cls for _, cls in modules)
 
 
 def _op_profile(recorders: Sequence[_OpRecorder], outputs: set[Key]) -> OpProfile:
