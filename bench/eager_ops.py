@@ -49,6 +49,7 @@ import time
 from typing import Any, Callable
 
 import torch
+from torch.utils._pytree import tree_map_only
 from torch.utils.checkpoint import (
     CheckpointPolicy,
     checkpoint,
@@ -137,37 +138,114 @@ def _host_timed_estimator(device: str):
         yield
 
 
-def sac_milp_plans(config, device, dtype, tokens, budgets, everything) -> dict[str, Any]:
-    """torch's own SAC planner, as its tests drive it: MemTracker, RuntimeEstimator and
-    SACEstimator over one training step of a fake copy of the model (FakeTensorMode, operator
-    benchmarks), ``aggregate_stats`` and ``parse_module_info`` into a module graph, then at each
-    budget ``sac_milp`` (PuLP/CBC) for per-block discard ratios, each turned by
-    ``get_optimal_checkpointing_policy_per_module`` into which of the block's ops SAC saves.
-
-    Budgets: sac_milp bounds its modelled peak (parameters, gradients, activations, activation
-    gradients) in GiB; a budget here is the blocks' saved bytes, so the MILP is asked for the
-    same reduction below its own no-checkpoint peak: its baseline peak - (everything - budget).
-    AC units are restricted to the blocks (as every other method here acts on blocks; left
-    free, the MILP may also pick the whole model as one unit)."""
+def sac_milp_graph(
+    make_fake: Callable[[], torch.nn.Module],
+    loss_of: Callable[[torch.nn.Module, Any], torch.Tensor],
+    inputs: Any,
+    device: str,
+) -> dict[str, Any]:
+    """torch's own SAC planner's inputs, as its tests make them: MemTracker, RuntimeEstimator
+    and SACEstimator over one training step of a fake model (`make_fake()`, built under
+    FakeTensorMode; its loss `loss_of(model, fake inputs)`), with operator benchmarks, then
+    ``aggregate_stats`` and ``parse_module_info`` into a module graph. Modules that take no
+    part in backward (a Hugging Face model's rotary embedding, which has no parameters) have
+    no backward snapshot in MemTracker, which ``aggregate_stats`` requires: they are left out
+    of the graph (they hold nothing the MILP could discard)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.ilp_utils import (
         aggregate_stats,
         get_peak_memory_runtime_baseline,
         parse_module_info,
     )
-    from torch.distributed._tools.mem_tracker import MemTracker
+    from torch.distributed._tools.mem_tracker import MemTracker, _ModState
     from torch.distributed._tools.runtime_estimator import RuntimeEstimator
     from torch.distributed._tools.sac_estimator import SACEstimator
+
+    mode = "operator-level-benchmark"
+    start = time.perf_counter()
+    fake_mode = FakeTensorMode()
+    fake_inputs = tree_map_only(torch.Tensor, fake_mode.from_tensor, inputs)
+    with fake_mode, _host_timed_estimator(device):
+        fake = make_fake()
+
+        def step() -> None:
+            loss_of(fake, fake_inputs).backward()
+            fake.zero_grad(set_to_none=True)
+
+        memory = MemTracker()
+        memory.track_external(fake)
+        with memory:
+            step()
+        for module in list(memory.memory_tracking.keys()):
+            if _ModState.PRE_BW not in memory.memory_tracking[module].snapshots:
+                del memory.memory_tracking[module]
+        runtime = RuntimeEstimator()
+        with runtime(estimate_mode_type=mode):
+            step()
+        estimator = SACEstimator()
+        with estimator(estimate_mode_type=mode):
+            loss = loss_of(fake, fake_inputs)
+        loss.backward()
+        info = aggregate_stats(fake, memory, runtime, estimator, torch.device(device))
+    kept = {stats["fqn"] for stats in info["mod_stats"]}
+    for order, fqns in info["mod_order"].items():
+        info["mod_order"][order] = [fqn for fqn in fqns if fqn in kept]
+    graph = parse_module_info(info)
+    baseline, _ = get_peak_memory_runtime_baseline(graph)
+    return {
+        "graph": graph,
+        "estimator": estimator,
+        "baseline_bytes": baseline,
+        "root": graph.nodes[0]["fqn"],
+        "estimate_seconds": time.perf_counter() - start,
+    }
+
+
+def sac_milp_plan(found: dict[str, Any], units: list[str], target_bytes: float) -> dict[str, Any]:
+    """``sac_milp`` (PuLP/CBC) over `found` (sac_milp_graph) for a modelled peak of
+    `target_bytes` with the AC units `units` (module fqns): a discard ratio per unit it
+    checkpoints, each turned by ``get_optimal_checkpointing_policy_per_module`` into which of
+    the unit's ops SAC saves (policies: fqn -> (op names, saved flags))."""
     from torch.distributed._tools.sac_ilp import (
         get_optimal_checkpointing_policy_per_module,
         sac_milp,
     )
 
-    mode = "operator-level-benchmark"
     start = time.perf_counter()
-    fake_mode = FakeTensorMode()
-    fake_tokens = fake_mode.from_tensor(tokens)
-    with fake_mode, _host_timed_estimator(device):
+    ratios, recompute_ms, peak = sac_milp(
+        found["graph"], memory_budget=target_bytes / 2**30, world_size=1, ac_units=units
+    )
+    solve_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    policies = {}
+    for fqn, ratio in ratios.items():
+        stats = found["estimator"].sac_mod_stats[fqn]
+        # sac_milp's ratio is the share of the unit's SAC memory to discard; torch's per-module
+        # MILP takes the share to keep.
+        saved = get_optimal_checkpointing_policy_per_module(stats, max(0.0, 1 - ratio))
+        policies[fqn] = (tuple(stats.func_names), tuple(saved))
+    return {
+        "milp_budget_bytes": target_bytes,
+        "feasible": peak >= 0,
+        "discard_ratios": ratios,
+        "predicted_recompute_ms": recompute_ms,
+        "predicted_peak_bytes": peak,
+        "solve_seconds": solve_seconds,
+        "policy_seconds": time.perf_counter() - start,  # the per-unit MILPs
+        "policies": policies,
+    }
+
+
+def sac_milp_plans(config, device, dtype, tokens, budgets, everything) -> dict[str, Any]:
+    """sac_milp_graph and sac_milp_plan on the Llama-style model, at each budget.
+
+    Budgets: sac_milp bounds its modelled peak (parameters, gradients, activations, activation
+    gradients) in GiB; a budget here is the blocks' saved bytes, so the MILP is asked for the
+    same reduction below its own no-checkpoint peak: its baseline peak - (everything - budget).
+    AC units are restricted to the blocks (as every other method here acts on blocks; left
+    free, the MILP may also pick the whole model as one unit)."""
+
+    def make_fake() -> torch.nn.Module:
         torch.manual_seed(0)
         default_dtype = torch.get_default_dtype()
         torch.set_default_dtype(dtype)  # Module.to() cannot swap fake parameters
@@ -176,50 +254,23 @@ def sac_milp_plans(config, device, dtype, tokens, budgets, everything) -> dict[s
                 fake, _, _ = models.make_llama(**config)
         finally:
             torch.set_default_dtype(default_dtype)
-        memory = MemTracker()
-        memory.track_external(fake)
-        with memory:
-            run_step(fake, fake_tokens)
-        runtime = RuntimeEstimator()
-        with runtime(estimate_mode_type=mode):
-            run_step(fake, fake_tokens)
-        estimator = SACEstimator()
-        with estimator(estimate_mode_type=mode):
-            loss = models.loss(fake(fake_tokens))
-        loss.backward()
-        info = aggregate_stats(fake, memory, runtime, estimator, torch.device(device))
-    estimate_seconds = time.perf_counter() - start
-    graph = parse_module_info(info)
-    baseline, _ = get_peak_memory_runtime_baseline(graph)
-    root = graph.nodes[0]["fqn"]
+        return fake
+
+    found = sac_milp_graph(make_fake, lambda model, t: models.loss(model(t)), tokens, device)
+    root = found["root"]
     units = [f"{root}.layers.{i}" for i in range(config["depth"])]
     plans: dict[int, dict[str, Any]] = {}
     for budget in budgets:
-        target = baseline - (everything - budget)
-        start = time.perf_counter()
-        ratios, recompute_ms, peak = sac_milp(
-            graph, memory_budget=target / 2**30, world_size=1, ac_units=units
-        )
-        solve_seconds = time.perf_counter() - start
-        start = time.perf_counter()
-        policies = {}
-        for fqn, ratio in ratios.items():
-            stats = estimator.sac_mod_stats[fqn]
-            # sac_milp's ratio is the share of the block's SAC memory to discard; torch's
-            # per-module MILP takes the share to keep.
-            saved = get_optimal_checkpointing_policy_per_module(stats, max(0.0, 1 - ratio))
-            policies[int(fqn.rsplit(".", 1)[1])] = (tuple(stats.func_names), tuple(saved))
-        plans[budget] = {
-            "milp_budget_bytes": target,
-            "feasible": peak >= 0,
-            "discard_ratios": ratios,
-            "predicted_recompute_ms": recompute_ms,
-            "predicted_peak_bytes": peak,
-            "solve_seconds": solve_seconds,
-            "policy_seconds": time.perf_counter() - start,  # the per-block MILPs
-            "policies": policies,
+        plan = sac_milp_plan(found, units, found["baseline_bytes"] - (everything - budget))
+        plan["policies"] = {
+            int(fqn.rsplit(".", 1)[1]): policy for fqn, policy in plan["policies"].items()
         }
-    return {"estimate_seconds": estimate_seconds, "baseline_bytes": baseline, "plans": plans}
+        plans[budget] = plan
+    return {
+        "estimate_seconds": found["estimate_seconds"],
+        "baseline_bytes": found["baseline_bytes"],
+        "plans": plans,
+    }
 
 
 MILP_DIVERGED: dict[str, str] = {}  # label -> the first op that differed (stated in the report)

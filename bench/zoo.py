@@ -1,6 +1,8 @@
 """remat against what Hugging Face users run, on the model zoo's decoders, interleaved in one
 process: plain training, HF's own gradient checkpointing, torch's checkpoint_wrapper on every
-block, torchtitan's per-op policy on every block, and remat at the budget each of them holds.
+block, torchtitan's per-op policy on every block, torch's sac_milp (needs `pip install pulp
+pwlf`; asked for HF checkpointing's saved bytes, see sac_milp_model), and remat at the budget
+each of them holds.
 
 "Equal memory" is the measured high-water mark (torch's MemTracker: activations and temporaries
 at the step's peak; CUDA's max_memory_allocated): remat runs at the largest budget, bisected over
@@ -45,6 +47,10 @@ import remat.integrations.transformers as hf  # noqa: E402
 import remat.torch as rt  # noqa: E402
 from remat.eager._runtime import clock  # noqa: E402
 
+BASELINES = (
+    "plain", "hf_gradient_checkpointing", "checkpoint_wrapper", "torchtitan_per_op",
+    "torch_sac_milp",
+)
 DECODERS = {
     "llama": ("LlamaConfig", "LlamaForCausalLM"),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
@@ -54,6 +60,13 @@ DECODERS = {
 
 
 def build(name: str, args: argparse.Namespace) -> torch.nn.Module:
+    torch.manual_seed(0)
+    dtype = getattr(torch, args.dtype)
+    return construct(name, args).to(args.device, dtype).train()
+
+
+def construct(name: str, args: argparse.Namespace) -> torch.nn.Module:
+    """The model of `name` at the sizes of `args`, in torch's default dtype and device."""
     import transformers
 
     config_class, model_class = DECODERS[name]
@@ -72,9 +85,7 @@ def build(name: str, args: argparse.Namespace) -> torch.nn.Module:
         )
     cfg._attn_implementation = "sdpa"
     cfg.use_cache = False  # as HF users train (HF's checkpointing turns it off too)
-    torch.manual_seed(0)
-    dtype = getattr(torch, args.dtype)
-    return getattr(transformers, model_class)(cfg).to(args.device, dtype).train()
+    return getattr(transformers, model_class)(cfg).train()
 
 
 def step_of(model: torch.nn.Module, ids: torch.Tensor) -> Callable[[], None]:
@@ -126,6 +137,68 @@ def baselines(base: torch.nn.Module) -> dict[str, torch.nn.Module]:
         )
         out[name] = model
     return out
+
+
+def sac_milp_model(
+    name: str, base: torch.nn.Module, ids: torch.Tensor, everything: int, saved: int,
+    args: argparse.Namespace,
+) -> tuple[torch.nn.Module | None, dict[str, Any]]:
+    """torch's sac_milp (bench/eager_ops.py: its estimators on a fake copy of the model, its
+    MILP over the blocks as AC units, torch's per-module MILP for each block's ops) asked for
+    the blocks' saved bytes `saved` (HF checkpointing's): its modelled no-checkpoint peak less
+    (`everything` - `saved`). Where that is infeasible, the target is raised toward the
+    no-checkpoint peak in eighths until it is not. The model with the plan applied (each chosen
+    block under checkpoint_wrapper with its SAC policy), or None with why."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        CheckpointImpl,
+        apply_activation_checkpointing,
+        checkpoint_wrapper,
+    )
+    from eager_ops import sac_milp_contexts, sac_milp_graph, sac_milp_plan
+
+    def make_fake() -> torch.nn.Module:
+        torch.manual_seed(0)
+        default = torch.get_default_dtype()
+        torch.set_default_dtype(getattr(torch, args.dtype))  # .to() cannot swap fake parameters
+        try:
+            with torch.device(args.device):
+                return construct(name, args)
+        finally:
+            torch.set_default_dtype(default)
+
+    try:
+        found = sac_milp_graph(make_fake, lambda m, t: m(t, labels=t).loss, ids, args.device)
+    except ImportError as error:  # pulp or pwlf missing
+        return None, {"error": f"needs pip install pulp pwlf ({error})"}
+    except Exception as error:  # torch's estimators on this model, under FakeTensorMode
+        first = str(error).strip().splitlines()[0][:160]
+        return None, {"error": f"its estimators failed on a fake copy: {type(error).__name__}: {first}"}
+    names = {id(m): n for n, m in base.named_modules()}
+    units = [f"{found['root']}.{names[id(layer)]}" for layer in hf.find_layers(base)]
+    baseline = found["baseline_bytes"]
+    start = baseline - (everything - saved)
+    for step in range(9):
+        plan = sac_milp_plan(found, units, start + (baseline - start) * step / 8)
+        if plan["feasible"]:
+            break
+    info = {k: v for k, v in plan.items() if k != "policies"}
+    info.update(estimate_seconds=found["estimate_seconds"], baseline_bytes=baseline)
+    if not plan["feasible"] or not plan["policies"]:
+        return None, dict(info, error="sac_milp found no plan that checkpoints a block")
+    model = copy.deepcopy(base)
+    contexts = {}
+    by_name = {n: m for n, m in model.named_modules()}
+    for unit, (ops, kept) in plan["policies"].items():
+        layer = by_name[unit[len(found["root"]) + 1 :]]
+        contexts[id(layer)] = sac_milp_contexts(ops, kept, f"sac_milp {unit}")
+    apply_activation_checkpointing(
+        model,
+        checkpoint_wrapper_fn=lambda m: checkpoint_wrapper(
+            m, checkpoint_impl=CheckpointImpl.NO_REENTRANT, context_fn=contexts[id(m)]
+        ),
+        check_fn=lambda m: id(m) in contexts,
+    )
+    return model, info
 
 
 def remat_at(
@@ -182,10 +255,19 @@ def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
     ids = torch.randint(0, args.vocab, (args.batch, args.seq), generator=g).to(args.device)
     models = baselines(base)
     configs: dict[str, dict[str, Any]] = {}
-    for label, model in models.items():
+
+    def add(label: str, model: torch.nn.Module) -> None:
         step = step_of(model, ids)
         step()  # warm-up
         configs[label] = {"model": model, "step": step, "saved": saved_peak(step, model)}
+
+    for label, model in models.items():
+        add(label, model)
+    everything, hf_saved = configs["plain"]["saved"], configs["hf_gradient_checkpointing"]["saved"]
+    milp, milp_info = sac_milp_model(name, base, ids, everything, hf_saved, args)
+    if milp is not None:
+        models["torch_sac_milp"] = milp
+        add("torch_sac_milp", milp)
     for config in configs.values():
         config["high_water"] = peak_of(config["step"], config["model"], args.device)
     copied = copy.deepcopy(base)
@@ -243,6 +325,8 @@ def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
                 warnings=config["warnings"],
             )
         result[label] = entry
+    result["sac_milp_info"] = {k: v for k, v in milp_info.items() if k != "discard_ratios"}
+    result["sac_milp_info"]["blocks"] = sorted(milp_info.get("discard_ratios", {}))
     return result
 
 
@@ -266,7 +350,9 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> str:
         lines += [f"## {model}", "", "| method | step ms | saved MiB | high water MiB | "
                   "remat@ step ms | ratio | remat@ saved | remat@ high water | regions/selective | first/later |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-        for label in ("plain", "hf_gradient_checkpointing", "checkpoint_wrapper", "torchtitan_per_op"):
+        for label in BASELINES:
+            if label not in rows:
+                continue
             base, ours = rows[label], rows.get(f"remat@{label}", {})
             cells = [label, f"{base['median_s'] * 1e3:.1f}", f"{base['saved_bytes'] / 2**20:.2f}",
                      f"{base['high_water_bytes'] / 2**20:.2f}"]
@@ -283,6 +369,17 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> str:
                           f"{ours['first_step_s'] / ours['median_s']:.2f}"]
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
+        milp = rows["sac_milp_info"]
+        if "error" in milp:
+            lines += [f"torch_sac_milp: {milp['error']}.", ""]
+        else:
+            lines += [
+                f"torch_sac_milp: modelled peak budget {milp['milp_budget_bytes'] / 2**20:.2f} "
+                f"MiB (its no-checkpoint peak {milp['baseline_bytes'] / 2**20:.2f} MiB), "
+                f"checkpointing {len(milp['blocks'])} blocks; estimators "
+                f"{milp['estimate_seconds']:.1f} s, MILP {milp['solve_seconds']:.2f} s.",
+                "",
+            ]
         ours, block = rows.get("remat@hf_gradient_checkpointing", {}), rows.get("remat_block_only@hf")
         if block and "median_s" in ours:
             lines += [
@@ -292,6 +389,14 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> str:
                 f"ratio {ours['median_s'] / block['median_s']:.3f}.",
                 "",
             ]
+    from eager_ops import MILP_DIVERGED
+
+    if MILP_DIVERGED:
+        lines += [
+            "torch_sac_milp's policies met ops other than SACEstimator recorded (from there on "
+            "they re-compute): " + "; ".join(f"{k}: {v}" for k, v in MILP_DIVERGED.items()),
+            "",
+        ]
     lines.append(
         f"Target (step <= 0.95x HF's gradient checkpointing at its measured memory on at least 3 "
         f"decoders): {'met' if met >= 3 else 'missed'} ({met} of {len(results)})."
