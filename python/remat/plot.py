@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pathlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -65,6 +65,20 @@ def plot_pareto(
     return path
 
 
+def _readable_axes(axes: Any, peaks: list[float], recomputes: list[float]) -> None:
+    """Ticks in the data's own values: no offset ("+2.751" over ticks 0.0000-0.0004), and a
+    span around a single peak (one plan, or plans of equal peaks) or a single recompute."""
+    axes.ticklabel_format(axis="both", useOffset=False)
+    for values, set_limits, least_pad in (
+        (peaks, axes.set_xlim, 0.25),
+        (recomputes, axes.set_ylim, 1.0),
+    ):
+        low, high = min(values), max(values)
+        if high - low <= 0.02 * max(abs(high), abs(low)):
+            pad = max(0.05 * max(abs(high), abs(low)), least_pad)
+            set_limits(low - pad, high + pad)
+
+
 def plot_tradeoff(
     tradeoff: "Tradeoff", path: str | pathlib.Path, *, title: str | None = None
 ) -> pathlib.Path:
@@ -109,6 +123,16 @@ def plot_tradeoff(
             markersize=6,
             label="measured peak",
         )
+        for point in measured:  # each measurement drawn from the prediction it checks
+            axes.annotate(
+                "",
+                xy=(point.measured_peak / mib, point.recompute),
+                xytext=(point.predicted_peak / mib, point.recompute),
+                arrowprops={"arrowstyle": "->", "color": "#c0392b", "lw": 0.8},
+            )
+    peaks = [p.predicted_peak / mib for p in tradeoff.points]
+    peaks += [p.measured_peak / mib for p in measured]
+    _readable_axes(axes, peaks, [p.recompute for p in tradeoff.points])
     axes.set_xlabel("step peak (MiB)")
     axes.set_ylabel(f"estimated recompute ({tradeoff.runtime_unit})")
     axes.set_title(title or f"torch.compile ({tradeoff.backend}) peak against recompute")

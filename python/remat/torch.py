@@ -36,6 +36,7 @@ from . import compiled as _compiled
 from ._solve import SOLVERS, Result, solve
 from ._validate import number
 from .compiled import BudgetTooSmall, GraphChoice, Tradeoff, tradeoff
+from .compiled import survey as _survey
 from .eager import distributed as _distributed
 from .units import parse_bytes
 
@@ -134,6 +135,7 @@ class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
         self.last_result: Result | None = None
         self.last_runtimes: list[float] | None = None
         self.choices: list[_compiled.GraphChoice] = []  # one per graph, byte budgets only
+        self._warned_keys: set[Any] = set()  # graphs said to differ from the survey
 
     def __call__(
         self,
@@ -179,14 +181,26 @@ class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
         """The least-recompute plan whose predicted step peak fits memory_budget
         (remat.compiled.budget); when surveying, every candidate predicted and all kept."""
         partitioner = _compiled.Partitioner(joint_graph, node_info)
-        plans = _compiled.front_plans(
-            _compiled.candidate_sizes(nodes), runtimes, self.max_candidates
-        )
-        choice = _compiled.choose(
-            plans,
-            lambda recomputed: partitioner([nodes[i] for i in recomputed]).peak,
-            None if self.survey else self.memory_budget,
-        )
+        sizes = _compiled.candidate_sizes(nodes)
+        plans = _compiled.front_plans(sizes, runtimes, self.max_candidates)
+        key = _survey.graph_key(len(joint_graph.nodes), partitioner.num_fwd_outputs, sizes)
+        try:
+            choice = _compiled.choose(
+                plans,
+                lambda recomputed: partitioner([nodes[i] for i in recomputed]).peak,
+                None if self.survey else self.memory_budget,
+            )
+        except BudgetTooSmall as error:
+            note = _survey.mismatch(key, error.least_peak)
+            if note:
+                error.args = (f"{error.args[0]} Note: {note}.",)
+            raise
+        choice.graph_key = key
+        choice.step_seconds = dict(partitioner.seconds)
+        note = None if self.survey else _survey.mismatch(key)
+        if note and key not in self._warned_keys:
+            self._warned_keys.add(key)
+            warnings.warn(f"remat.torch.use(memory_budget=...): {note}", stacklevel=2)
         if choice.chosen is not None:
             recomputed = set(choice.chosen.recomputed)
             choice.ratio = sum(m for i, m in enumerate(memory) if i not in recomputed)

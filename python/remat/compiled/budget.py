@@ -17,6 +17,7 @@ when there are more, independently of the budget); each costs a min-cut and a gr
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -25,19 +26,32 @@ from .._solve import pareto, solve
 from ..units import format_bytes
 from .liveness import StepPeak
 
+try:  # dynamo re-raises these from a backend as they are, its own frames cut from the traceback
+    from torch._dynamo.exc import ShortenTraceback as _Unwrapped
+except ImportError:  # a torch without dynamo's exception classes: wrapped like any error
+    _Unwrapped = Exception  # type: ignore[assignment,misc]
 
-class BudgetTooSmall(MemoryError):
-    """No plan's predicted peak fits the byte budget; the message names the least one."""
+
+class BudgetTooSmall(MemoryError, _Unwrapped):  # type: ignore[misc]
+    """No plan's predicted peak fits the byte budget; the message names the least one.
+
+    Raised inside torch.compile's partitioner, it reaches the compiled call as itself, not as
+    dynamo's BackendCompilerFailed: the traceback runs from the user's call to the plan's
+    choice, without the ~60 frames of dynamo, AOTAutograd and the partitioner in between
+    (TORCHDYNAMO_VERBOSE=1 keeps them)."""
 
     def __init__(self, budget: int, least: "Candidate", evaluated: int) -> None:
         self.budget, self.least_peak = budget, least.peak.peak
-        super().__init__(
+        # The frame that raises: dynamo cuts the traceback above it (ShortenTraceback).
+        self.first_useful_frame = sys._getframe(1)
+        MemoryError.__init__(
+            self,
             f"memory_budget: {format_bytes(budget)} ({budget} bytes) is below the least "
             f"predicted peak of this compiled graph, {format_bytes(least.peak.peak)} "
             f"({least.peak.peak} bytes: forward {format_bytes(least.peak.forward_peak)}, "
             f"backward {format_bytes(least.peak.backward_peak)}), reached by recomputing "
             f"{len(least.recomputed)} of the candidate ops; {evaluated} plans were predicted. "
-            "Raise the budget, or shrink the batch."
+            "Raise the budget, or shrink the batch.",
         )
 
 
@@ -58,6 +72,9 @@ class GraphChoice:
     plans: int = 0  # plans on the (thinned) front
     seconds: float = 0.0
     ratio: float | None = None  # the ratio budget torch's knapsack needs to save the same ops
+    graph_key: Any = None  # what tells this graph from others (see survey.graph_key)
+    # Of `seconds`: the min-cuts, the forward/backward splits and the liveness walks.
+    step_seconds: dict[str, float] = field(default_factory=dict)
 
 
 def front_plans(

@@ -8,12 +8,15 @@ the prediction holds on their model before choosing a budget.
 
 from __future__ import annotations
 
+import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
 
 from ..units import format_bytes
+from . import survey
 from .budget import Candidate, GraphChoice
 from .measure import measured_peak
 
@@ -94,6 +97,7 @@ def tradeoff(
     measure: int = 3,
     loss: Callable[[Any], torch.Tensor] = _default_loss,
     max_candidates: int = 33,
+    verbose: bool = True,
     **example_kwargs: Any,
 ) -> Tradeoff:
     """Compiles ``model`` once and predicts every candidate plan's step peak; then compiles and
@@ -101,7 +105,12 @@ def tradeoff(
     lowest. The model and ``loss`` are compiled together, so the peak covers the loss too; a step
     is ``loss(model(*example_inputs, **example_kwargs)).backward()``, and gradients are cleared
     after each one. Calls ``torch._dynamo.reset()`` before each compile,
-    since torch.compile's caches do not see the budget."""
+    since torch.compile's caches do not see the budget. ``verbose``: a line on stderr per
+    compile, with the time the rest will take (each measured point is one more compile).
+
+    Compile what you will train: a later ``use(memory_budget=...)`` warns when it partitions
+    another graph than this one (the model compiled without its loss, another output), since
+    the curve does not describe that graph."""
     from ..torch import use  # the adapter owns the solver
     from torch._functorch import config as functorch_config
 
@@ -115,7 +124,10 @@ def tradeoff(
         if isinstance(model, torch.nn.Module):
             model.zero_grad(set_to_none=True)
 
+    say = _progress(verbose)
     torch._dynamo.reset()
+    say(f"compiling ({backend}) and predicting every plan's peak")
+    started = time.perf_counter()
     # A cache hit would skip the partitioner, and with it the survey.
     no_cache = functorch_config.patch(enable_autograd_cache=False)
     with no_cache, use(memory_budget=2**61, max_candidates=max_candidates) as solver:
@@ -123,6 +135,7 @@ def tradeoff(
         step(torch.compile(training_loss, backend=backend))
         clear_grads()
         solver.survey = False
+    survey_seconds = time.perf_counter() - started
     if not solver.choices:
         raise RuntimeError(
             "remat.torch.tradeoff: torch.compile partitioned no graph with recomputable ops "
@@ -135,15 +148,26 @@ def tradeoff(
         graphs=len(solver.choices),
         backend=backend,
     )
+    first = solver.choices[0]
+    survey.remember(first.graph_key, min(p.predicted_peak for p in result.points), backend)
     curve = [i for i, point in enumerate(result.points) if point.pareto]
     curve.sort(key=lambda i: -result.points[i].predicted_peak)
+    say(
+        f"{len(result.points)} plans predicted in {survey_seconds:.1f} s "
+        f"({first.seconds:.1f} s of it predicting), {len(curve)} on the curve"
+    )
     if measure > 0 and curve:
         picks = sorted(
             {curve[round(k * (len(curve) - 1) / max(1, measure - 1))] for k in range(measure)}
         )
+        say(
+            f"compiling and measuring {len(picks)} of them: about "
+            f"{len(picks) * survey_seconds:.0f} s more (measure=0 skips this)"
+        )
         device = _device_of(example_inputs, example_kwargs)
-        for index in picks:
+        for number, index in enumerate(picks, 1):
             point = result.points[index]
+            started = time.perf_counter()
             torch._dynamo.reset()
             with use(memory_budget=point.predicted_peak, max_candidates=max_candidates):
                 compiled = torch.compile(training_loss, backend=backend)
@@ -153,8 +177,21 @@ def tradeoff(
                 clear_grads()
             result.points[index] = TradeoffPoint(**{**point.__dict__, "measured_peak": peak})
             result.measured.append(index)
+            say(
+                f"measured {number} of {len(picks)}: predicted "
+                f"{format_bytes(point.predicted_peak)}, measured {format_bytes(peak)} "
+                f"({time.perf_counter() - started:.1f} s)"
+            )
         torch._dynamo.reset()
     return result
+
+
+def _progress(verbose: bool) -> Callable[[str], None]:
+    def say(line: str) -> None:
+        if verbose:
+            print(f"remat.torch.tradeoff: {line}", file=sys.stderr, flush=True)
+
+    return say
 
 
 def _device_of(args: Sequence[Any], kwargs: dict[str, Any]) -> torch.device:
