@@ -132,6 +132,9 @@ class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
             _compiled.require_partitioner_internals()
         self.max_candidates = max_candidates
         self.survey = False  # tradeoff(): predict every candidate, keep everything
+        # Rule plans out by a lower bound on their peak before splitting the graph (see
+        # compiled.choose); off only to check that the choice is the same without it.
+        self.bound_plans = True
         self.last_result: Result | None = None
         self.last_runtimes: list[float] | None = None
         self.choices: list[_compiled.GraphChoice] = []  # one per graph, byte budgets only
@@ -187,7 +190,9 @@ class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
         try:
             choice = _compiled.choose(
                 plans,
-                lambda recomputed: partitioner([nodes[i] for i in recomputed]).peak,
+                lambda recomputed, budget: partitioner.predict(
+                    [nodes[i] for i in recomputed], budget if self.bound_plans else None
+                ),
                 None if self.survey else self.memory_budget,
             )
         except BudgetTooSmall as error:

@@ -268,7 +268,7 @@ def test_choice_is_monotone_in_the_budget():
         previous = None
         for budget in range(110, 0, -1):
             try:
-                choice = choose(plans, lambda r: peak(peaks[r]), budget)
+                choice = choose(plans, lambda r, _: peak(peaks[r]), budget)
             except BudgetTooSmall as error:
                 assert budget < min(peaks.values())
                 assert error.least_peak == min(peaks.values())
@@ -285,7 +285,7 @@ def test_choice_is_monotone_in_the_budget():
 def test_choice_predicts_lazily():
     calls = []
 
-    def predict(recomputed):
+    def predict(recomputed, budget):
         calls.append(recomputed)
         return peak(50 - 10 * len(recomputed))
 
@@ -415,6 +415,66 @@ def test_a_graph_torch_decides_alone_is_still_checked():
         torch.compile(model, backend="aot_eager")(x).sum().backward()
     assert len(s.choices) == 1 and s.choices[0].chosen.peak.peak <= 2**20
     torch._dynamo.reset()
+
+
+def test_a_lower_bound_skips_plans_without_changing_the_choice():
+    """Over random predictions with random floors under them: plans whose floor is above the
+    budget are skipped (not predicted), and the choice and the error are those of predicting
+    every plan."""
+    import random
+
+    generator = random.Random(1)
+    for _ in range(200):
+        plans = [((index,), float(index)) for index in range(generator.randint(1, 12))]
+        peaks = {plan: generator.randint(1, 100) for plan, _ in plans}
+        floors = {plan: int(peaks[plan] * generator.random()) for plan in peaks}
+        for budget in range(110, 0, -7):
+            predicted = []
+
+            def bounded(recomputed, limit):
+                if limit is not None and floors[recomputed] > limit:
+                    return None
+                predicted.append(recomputed)
+                return peak(peaks[recomputed])
+
+            try:
+                want = choose(plans, lambda r, _: peak(peaks[r]), budget)
+            except BudgetTooSmall as error:
+                with pytest.raises(BudgetTooSmall) as got:
+                    choose(plans, bounded, budget)
+                assert got.value.least_peak == error.least_peak
+                continue
+            got = choose(plans, bounded, budget)
+            assert got.chosen == want.chosen
+            skipped = {r for (r, _) in plans if floors[r] > budget}
+            assert not skipped & set(predicted) and got.bounded == len(
+                skipped & {c.recomputed for c in want.candidates}
+            )
+
+
+def test_the_bound_is_below_every_plans_peak(monkeypatch):
+    """On the four models, every candidate plan's lower bound (Partitioner.lower_bound) is at
+    most its predicted peak: with the test above (a bound at most the peak never skips a plan
+    that fits), the choice is that of predicting every plan."""
+    from remat.compiled.partition import Partitioner
+
+    checked = []
+    original = Partitioner.predict
+
+    def checking(self, recomputed, budget):
+        saved = self.saved_values(recomputed)
+        checked.append((self.lower_bound(saved), self.partition_saving(saved).peak.peak))
+        return original(self, recomputed, budget)
+
+    monkeypatch.setattr(Partitioner, "predict", checking)
+    for name in sorted(MODELS):
+        model, x = build(name)
+        before = len(checked)
+        rt.tradeoff(model, x, backend="aot_eager", measure=0, loss=models.loss, verbose=False)
+        assert len(checked) > before
+        torch._dynamo.reset()
+    assert all(bound <= peak for bound, peak in checked), checked
+    assert any(bound > 0 for bound, _ in checked)
 
 
 def test_plot_tradeoff(tmp_path, curve):

@@ -56,12 +56,17 @@ def _storages(node: fx.Node) -> dict[int, int]:
     return found
 
 
-def storage_bytes(nodes: Iterable[fx.Node]) -> int:
-    """Bytes of the distinct storages behind ``nodes``."""
+def storages_of(nodes: Iterable[fx.Node]) -> dict[int, int]:
+    """Storage key -> bytes for the distinct storages behind ``nodes``."""
     found: dict[int, int] = {}
     for node in nodes:
         found.update(_storages(node))
-    return sum(found.values())
+    return found
+
+
+def storage_bytes(nodes: Iterable[fx.Node]) -> int:
+    """Bytes of the distinct storages behind ``nodes``."""
+    return sum(storages_of(nodes).values())
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import torch.fx as fx
 from torch._functorch import config as functorch_config
 from torch._functorch import partitioners
 
-from .liveness import StepPeak, step_peak
+from .liveness import StepPeak, step_peak, storages_of
 
 _INTERNALS = (
     "MinCutOptions",
@@ -110,8 +110,20 @@ class Partitioner:
         # Where predicting the candidates' peaks goes, in seconds: the min-cut that picks the
         # saved values, the split into forward and backward graphs, the liveness walk.
         self.seconds = {"min_cut": 0.0, "split": 0.0, "liveness": 0.0}
+        # For lower_bound: the storages of the graph's inputs (not counted by the walk), and
+        # the forward's outputs to the user (live at the forward's end with what it saves).
+        self._input_keys = set(storages_of(joint_graph.find_nodes(op="placeholder")))
+        output = next(iter(joint_graph.find_nodes(op="output")))
+        import torch.utils._pytree as pytree
+
+        flat = pytree.arg_tree_leaves(*output.args)
+        self._user_outputs = [n for n in flat[: self.num_fwd_outputs] if isinstance(n, fx.Node)]
 
     def __call__(self, recomputed: Sequence[fx.Node]) -> Partition:
+        return self.partition_saving(self.saved_values(recomputed))
+
+    def saved_values(self, recomputed: Sequence[fx.Node]) -> list[fx.Node]:
+        """What the min-cut saves when ``recomputed`` may be recomputed."""
         from torch.utils._ordered_set import OrderedSet
 
         started = time.perf_counter()
@@ -119,7 +131,22 @@ class Partitioner:
             self.joint_graph, self.node_info, self.options, OrderedSet(recomputed)
         )
         self.seconds["min_cut"] += time.perf_counter() - started
-        return self.partition_saving(list(saved_values))
+        return list(saved_values)
+
+    def lower_bound(self, saved_values: Sequence[fx.Node]) -> int:
+        """A floor under the step peak of the partition saving ``saved_values``, without the
+        split: the forward returns the saved tensors and its outputs, so all of them are live at
+        its end (those on an input's storage aside, which the walk does not count)."""
+        found = storages_of([*saved_values, *self._user_outputs])
+        return sum(nbytes for key, nbytes in found.items() if key not in self._input_keys)
+
+    def predict(self, recomputed: Sequence[fx.Node], budget: int | None) -> StepPeak | None:
+        """The step peak of the plan recomputing ``recomputed``; None, without the split, when
+        its lower bound is already above ``budget`` (it cannot fit)."""
+        saved = self.saved_values(recomputed)
+        if budget is not None and self.lower_bound(saved) > budget:
+            return None
+        return self.partition_saving(saved).peak
 
     def partition_saving(self, saved_values: list[fx.Node]) -> Partition:
         """The partition that saves exactly ``saved_values`` (torch's choice or a min-cut's)."""
