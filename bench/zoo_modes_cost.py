@@ -59,8 +59,12 @@ def blocks_of(name: str, hidden: int, args: argparse.Namespace) -> list[dict[str
     ids = torch.randint(0, args.vocab, (args.batch, args.seq), generator=torch.Generator())
     copied = copy.deepcopy(base)
     measured = zoo_bench.rt.measure(
-        copied, ids, labels=ids, loss_fn=lambda o: o.loss,
-        blocks=zoo_bench.hf.find_layers(copied), verbose=False,
+        copied,
+        ids,
+        labels=ids,
+        loss_fn=lambda o: o.loss,
+        blocks=zoo_bench.hf.find_layers(copied),
+        verbose=False,
     )
     budget = (measured.least_budget_bytes + measured.no_checkpoint_bytes) // 2
     init = selective.ModesCache.__init__

@@ -51,7 +51,9 @@ def mismatch(key: GraphKey, least_peak: int | None = None) -> str | None:
         f"this compiled graph is not the one remat.torch.tradeoff() surveyed ({key[0]} nodes "
         f"and {key[1]} forward outputs against {survey.key[0]} and {survey.key[1]}; the "
         "curve's least predicted peak is "
-        f"{format_bytes(survey.least_peak)}{this}). tradeoff() compiles loss(model(*inputs)) "
-        "as one function: compile the same (the loss inside the compiled function), or give "
-        "tradeoff(loss=...) the loss you compile, so that the curve describes this compile"
+        f"{format_bytes(survey.least_peak)}{this}). tradeoff() compiled loss(model(*inputs)) "
+        f"as one function with backend={survey.backend!r}: compile the same (the loss inside "
+        "the compiled function, the same backend, since inductor decomposes ops into another "
+        "graph), or give tradeoff() the loss and backend you compile with, so that the curve "
+        "describes this compile"
     )
