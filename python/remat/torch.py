@@ -8,6 +8,7 @@
         ...
     remat.torch.use(memory_budget="6GiB")  # a budget in bytes for each compiled graph's peak
     remat.torch.tradeoff(model, x)         # predicted peak against recompute (remat.compiled)
+    remat.torch.fit(model, x, memory_budget="6GiB")  # the budget to use() so a step measures within
 
 torch calls a custom solver as ``solver(memory, joint_graph, max_memory, node_info,
 all_recomputable_banned_nodes)`` and does not pass the runtimes; the adapter computes them with
@@ -35,7 +36,7 @@ from . import __version__
 from . import compiled as _compiled
 from ._solve import SOLVERS, Result, solve
 from ._validate import number
-from .compiled import BudgetTooSmall, GraphChoice, Tradeoff, tradeoff
+from .compiled import BudgetNotMet, BudgetTooSmall, Fit, GraphChoice, Tradeoff, fit, tradeoff
 from .compiled import survey as _survey
 from .eager import distributed as _distributed
 from .units import parse_bytes
@@ -305,7 +306,9 @@ from .saved_memory import SavedTensorMeter  # noqa: E402
 
 __all__ = [
     "AutoCheckpoint",
+    "BudgetNotMet",
     "BudgetTooSmall",
+    "Fit",
     "GraphChoice",
     "COMPILE_MIN_TORCH",
     "LayerProfile",
@@ -318,6 +321,7 @@ __all__ = [
     "auto_checkpoint",
     "checkpoint_sequential",
     "find_blocks",
+    "fit",
     "measure",
     "node_runtimes",
     "plan",

@@ -5,7 +5,9 @@
 - :mod:`.budget`: the candidates (the exact Pareto front's breakpoints) and the choice;
 - :mod:`.guard`: graphs torch decides without the solver, checked against the budget;
 - :mod:`.measure`: a step's measured peak (CUDA allocator stats, or the CPU profiler);
-- :mod:`.tradeoff`: the whole curve of one model, measured at a few points.
+- :mod:`.tradeoff`: the whole curve of one model, measured at a few points;
+- :mod:`.fit`: a budget that holds as measured (inductor), by compiling, measuring and retrying;
+- :mod:`.survey`: what the last tradeoff() surveyed, to tell another graph apart.
 
 ``remat.torch.use(memory_budget=...)`` and ``remat.torch.tradeoff`` are the entry points.
 """
@@ -19,6 +21,7 @@ from .budget import (
     front_plans,
     knapsack_answer,
 )
+from .fit import Attempt, BudgetNotMet, Fit, fit
 from .guard import ROUTE_TO_SOLVER, guarded_choice, unguarded
 from .liveness import StepPeak, step_peak
 from .measure import measured_peak
@@ -26,7 +29,10 @@ from .partition import Partitioner, require_partitioner_internals
 from .tradeoff import Tradeoff, TradeoffPoint, tradeoff
 
 __all__ = [
+    "Attempt",
+    "BudgetNotMet",
     "BudgetTooSmall",
+    "Fit",
     "Candidate",
     "GraphChoice",
     "Partitioner",
@@ -36,6 +42,7 @@ __all__ = [
     "TradeoffPoint",
     "candidate_sizes",
     "choose",
+    "fit",
     "front_plans",
     "guarded_choice",
     "knapsack_answer",
