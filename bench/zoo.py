@@ -472,17 +472,22 @@ def first_step_report(found: dict[str, Any]) -> list[str]:
     return lines
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--models", default=",".join(DECODERS))
-    parser.add_argument("--hidden", type=int, default=256)
+def size_arguments(parser: argparse.ArgumentParser) -> None:
+    """The decoders' sizes besides their width (see build)."""
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--vocab", type=int, default=1000)
     parser.add_argument("--dtype", default="float32")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--models", default=",".join(DECODERS))
+    parser.add_argument("--hidden", type=int, default=256)
+    size_arguments(parser)
     parser.add_argument("--rounds", type=int, default=11)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "zoo"))
     args = parser.parse_args()
