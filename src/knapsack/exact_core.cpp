@@ -972,7 +972,9 @@ class ExpandingCore {
   double ordering_seconds_ = 0;         // how long order_by_efficiency took
   double gc_seconds_per_entry_ = 4e-8;  // see too_late_for_garbage_collection
   // Seconds one cardinality bound is expected to take: about 45 LPs of ~40 ns an item at first.
-  double cardinality_cost_ = 1.8e-6 * static_cast<double>(p_.size());
+  double cardinality_cost_ = tuning_.first_cardinality_after >= 0
+                                 ? tuning_.first_cardinality_after
+                                 : 1.8e-6 * static_cast<double>(p_.size());
   double cardinality_bound_ = std::numeric_limits<double>::infinity();
   std::vector<char> enumerated_take_;
 };

@@ -297,6 +297,10 @@ struct ExactTuning {
   bool proportional = true;   // proportional_search for n <= 64
   // Up to 2 x 16 items, core enumeration over every item is exact and cheaper.
   std::size_t min_proportional_items = 33;
+  // Seconds the search runs before it first tries the surrogate cardinality bound (negative:
+  // about what one bound takes, 1.8 us an item). The bound is timed, so whether it runs at all
+  // on a small instance depends on the machine's speed; tests set 0 to reach its path anyway.
+  double first_cardinality_after = -1;
   // Only plans worth at least this much are looked for (cardinality_split's inner searches):
   // when none exists, the plan returned is worth less and is not optimal, and status kOptimal
   // says that no plan reaches `target`.
