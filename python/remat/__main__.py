@@ -13,7 +13,7 @@ import os
 import pathlib
 import sys
 
-from ._core import PlannerMemoryError, WorkLimitError
+from ._core import PlannerMemoryError, WorkLimitError, __version__
 from ._solve import pareto
 from .units import parse_bytes
 
@@ -45,6 +45,8 @@ def _check_image_path(image: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m remat", description=__doc__.splitlines()[0])
+    # As `remat --version` prints it: the package and the binary carry one version.
+    parser.add_argument("--version", action="version", version=f"remat {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     curve = commands.add_parser("pareto", help="plot the exact trade-off curve")
     curve.add_argument("--plot", required=True, help="output image (.png, .svg, .pdf)")

@@ -44,6 +44,13 @@ def test_python_m_remat_errors(tmp_path):
     assert done.stderr.startswith("error: memory[1]: is negative")
 
 
+def test_python_m_remat_version_matches_the_binary(run):
+    done = subprocess.run([sys.executable, "-m", "remat", "--version"], capture_output=True, text=True)
+    code, out, _ = run("--version")
+    assert done.returncode == 0 == code
+    assert done.stdout.strip() == out.strip() == f"remat {remat.__version__}"
+
+
 def test_recorded_instances_exist_for_every_model_kind():
     kinds = {path.name.split("_")[0] for path in INSTANCES}
     assert {"gpt", "resnet", "mixer"} <= kinds
