@@ -102,6 +102,8 @@ def run(model, x, backend: str, device: str, steps: int, solver_context) -> dict
             graphs=len(choices),
             candidates=len(chosen.candidates),
             solve_s=chosen.seconds,
+            step_s=dict(chosen.step_seconds),  # min-cut, split, liveness
+            bounded=chosen.bounded,  # plans ruled out by the lower bound, without a split
         )
     return row
 
@@ -186,7 +188,9 @@ def report(results: list[dict], device: str, command: str) -> str:
         "identical plans measured up to 10x apart, in CPU time too (OpenMP threads spin while "
         "descheduled): the step times are recorded, not comparable; peaks are deterministic. "
         "`plans predicted`/`planning s`: candidates remat predicted for the chosen plan, and "
-        "the time that took inside the compile. "
+        "the time that took inside the compile; `skipped by bound`: plans ruled out by a lower "
+        "bound on their peak after their min-cut, without a split; the last column splits the "
+        "planning time into min-cuts, forward/backward splits and liveness walks. "
         "torch rows use its default `dp` solver at the ratio; remat rows use "
         "`remat.torch.use(memory_budget=...)`. `ratio` is the ratio budget torch's knapsack "
         "would need to save the same candidate ops. Recompute: torch's estimator (flops).",
@@ -218,8 +222,10 @@ def report(results: list[dict], device: str, command: str) -> str:
         lines += [
             "",
             "| remat budget | from | predicted | measured | measured/predicted | "
-            "step ms | step CPU ms | recompute | ratio | plans predicted | planning s |",
-            "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            "step ms | step CPU ms | recompute | ratio | plans predicted | skipped by bound | "
+            "planning s | min-cut / split / walk s |",
+            "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+            "| ---: |",
         ]
         for row in result["remat"]:
             lines.append(
@@ -227,7 +233,9 @@ def report(results: list[dict], device: str, command: str) -> str:
                 f"{format_bytes(row['predicted'])} | {format_bytes(row['measured'])} | "
                 f"{row['measured'] / row['predicted']:.3f} | {row['step_ms']:.1f} | "
                 f"{row['step_cpu_ms']:.1f} | {row['recompute']:.3g} | {row['ratio']:.3f} | "
-                f"{row['candidates']} | {row['solve_s']:.2f} |"
+                f"{row['candidates']} | {row.get('bounded', 0)} | {row['solve_s']:.2f} | "
+                + " / ".join(f"{v:.2f}" for v in row.get("step_s", {}).values())
+                + " |"
             )
         over = [r for r in result["remat"] if r["measured"] > r["budget"]]
         rising = [
