@@ -123,7 +123,22 @@ class _torch_ratio:
         return self.patch.__exit__(*exc)
 
 
-def bench_model(name: str, backend: str, device: str, steps: int) -> dict:
+def fit_row(model, x, budget: int) -> dict:
+    """remat.torch.fit at ``budget``: whether a compile measured within it, and at what cost."""
+    try:
+        found = rt.fit(model, x, memory_budget=budget, loss=models.loss, verbose=False)
+        attempts, met = found.attempts, True
+    except rt.BudgetNotMet as error:
+        attempts, met = error.attempts, False
+    return {
+        "fit_met": met,
+        "fit_compiles": max(1, len(attempts)),
+        "fit_seconds": sum(a.seconds for a in attempts),
+        "fit_measured": attempts[-1].measured if attempts else None,
+    }
+
+
+def bench_model(name: str, backend: str, device: str, steps: int, fit: bool = False) -> dict:
     model, x = build(name, device)
     curve = rt.tradeoff(model, x, backend=backend, measure=0, loss=models.loss)
     points = sorted(curve.curve, key=lambda p: -p.predicted_peak)
@@ -146,6 +161,8 @@ def bench_model(name: str, backend: str, device: str, steps: int) -> dict:
         (b, "torch's peak") for b in same_bytes
     ]:
         row = run(model, x, backend, device, steps, lambda: rt.use(memory_budget=budget))
+        if fit and backend == "inductor":
+            row.update(fit_row(model, x, budget))
         remat_rows.append({"budget": budget, "source": source, **row})
         print(
             f"  remat {format_bytes(budget):>10} predicted {format_bytes(row['predicted']):>10} "
@@ -201,6 +218,16 @@ def report(results: list[dict], device: str, command: str) -> str:
         rows = [row for r in results if r["backend"] == backend for row in r["remat"]]
         ratios = [row["measured"] / row["predicted"] for row in rows]
         within = sum(row["measured"] <= row["budget"] for row in rows)
+        fitted = [row for row in rows if "fit_met" in row]
+        if fitted:
+            lines.append(
+                f"- {backend} with remat.torch.fit(): within the budget in "
+                f"{sum(row['fit_met'] for row in fitted)} of {len(fitted)}, after "
+                f"{min(row['fit_compiles'] for row in fitted)}-"
+                f"{max(row['fit_compiles'] for row in fitted)} compiles "
+                f"({max(row['fit_seconds'] for row in fitted):.0f} s at most); a budget it "
+                "cannot meet is refused (BudgetNotMet)"
+            )
         lines.append(
             f"- {backend}: measured/predicted {min(ratios):.3f} to {max(ratios):.3f} over "
             f"{len(rows)} compiles; measured within the budget in {within} of {len(rows)}; "
@@ -256,6 +283,20 @@ def report(results: list[dict], device: str, command: str) -> str:
                     for r in over
                 )
             ),
+        ]
+        fitted = [r for r in result["remat"] if "fit_met" in r]
+        if fitted:
+            lines.append(
+                f"- with remat.torch.fit(): within budget in {sum(r['fit_met'] for r in fitted)} "
+                f"of {len(fitted)}; compiles "
+                + ", ".join(str(r["fit_compiles"]) for r in fitted)
+                + "; refused: "
+                + (
+                    ", ".join(format_bytes(r["budget"]) for r in fitted if not r["fit_met"])
+                    or "none"
+                )
+            )
+        lines += [
             "- remat's measured peak as the spread budgets fall: "
             + ("non-increasing" if not rising else f"rose at {rising}"),
         ]
@@ -283,6 +324,11 @@ def main() -> None:
     parser.add_argument("--inductor-models", default="mixer,llama")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "compile_budget"))
     parser.add_argument(
+        "--fit",
+        action="store_true",
+        help="on inductor, also run remat.torch.fit at each remat budget",
+    )
+    parser.add_argument(
         "--report-only",
         action="store_true",
         help="rewrite the README from the output's JSON without running anything",
@@ -306,7 +352,7 @@ def main() -> None:
     results = []
     for name, backend in jobs:
         print(f"{name} ({backend})", flush=True)
-        results.append(bench_model(name, backend, args.device, args.steps))
+        results.append(bench_model(name, backend, args.device, args.steps, args.fit))
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     command = "python " + " ".join(["bench/compile_budget.py"] + sys.argv[1:])
