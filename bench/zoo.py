@@ -201,6 +201,15 @@ def sac_milp_model(
     return model, info
 
 
+def measure(base: torch.nn.Module, ids: torch.Tensor) -> Any:
+    """remat's measurement of a copy of `base` on `ids`: its least and no-checkpoint budgets."""
+    copied = copy.deepcopy(base)
+    return rt.measure(
+        copied, ids, labels=ids, loss_fn=lambda o: o.loss, blocks=hf.find_layers(copied),
+        verbose=False,
+    )
+
+
 def remat_at(
     base: torch.nn.Module, ids: torch.Tensor, budget: int, device: str, granularity: str = "op"
 ) -> dict[str, Any]:
@@ -270,11 +279,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
         add("torch_sac_milp", milp)
     for config in configs.values():
         config["high_water"] = peak_of(config["step"], config["model"], args.device)
-    copied = copy.deepcopy(base)
-    measured = rt.measure(
-        copied, ids, labels=ids, loss_fn=lambda o: o.loss, blocks=hf.find_layers(copied),
-        verbose=False,
-    )
+    measured = measure(base, ids)
     probes: dict[int, dict[str, Any]] = {}  # budget -> remat at it, measured
     for label in list(models):
         target = configs[label]["high_water"]

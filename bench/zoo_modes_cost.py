@@ -57,15 +57,7 @@ def blocks_of(name: str, hidden: int, args: argparse.Namespace) -> list[dict[str
     sizes = argparse.Namespace(**{**vars(args), "hidden": hidden})
     base = zoo_bench.build(name, sizes)
     ids = torch.randint(0, args.vocab, (args.batch, args.seq), generator=torch.Generator())
-    copied = copy.deepcopy(base)
-    measured = zoo_bench.rt.measure(
-        copied,
-        ids,
-        labels=ids,
-        loss_fn=lambda o: o.loss,
-        blocks=zoo_bench.hf.find_layers(copied),
-        verbose=False,
-    )
+    measured = zoo_bench.measure(base, ids)
     budget = (measured.least_budget_bytes + measured.no_checkpoint_bytes) // 2
     init = selective.ModesCache.__init__
     selective.ModesCache.__init__ = lambda self, shortcuts=True: init(self, False)

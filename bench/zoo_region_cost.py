@@ -46,15 +46,7 @@ def main() -> None:
     generator = torch.Generator().manual_seed(1)
     ids = torch.randint(0, args.vocab, (args.batch, args.seq), generator=generator)
     models = zoo_bench.baselines(base)
-    copied = copy.deepcopy(base)
-    measured = zoo_bench.rt.measure(
-        copied,
-        ids,
-        labels=ids,
-        loss_fn=lambda o: o.loss,
-        blocks=zoo_bench.hf.find_layers(copied),
-        verbose=False,
-    )
+    measured = zoo_bench.measure(base, ids)
     model = copy.deepcopy(base)
     handle = zoo_bench.hf.enable(
         model, memory_budget=measured.least_budget_bytes, granularity="block"

@@ -22,7 +22,6 @@ import torch
 
 from ..units import format_bytes, parse_bytes
 from .budget import BudgetTooSmall
-from .measure import measured_peak
 
 
 @dataclass(frozen=True)
@@ -91,37 +90,18 @@ def fit(
     compiled with ``backend``, measures within ``memory_budget`` on one step (see the module
     docstring). Raises BudgetNotMet, naming the least measured peak, when no attempt does;
     gradients are cleared after each step. Calls ``torch._dynamo.reset()`` before each compile."""
-    from torch._functorch import config as functorch_config
-
-    from ..torch import use  # the adapter owns the solver
-    from .tradeoff import _default_loss, _device_of
+    from .tradeoff import _default_loss, compile_and_measure
 
     budget = parse_bytes(memory_budget)
     loss = loss or _default_loss
-    device = _device_of(example_inputs, example_kwargs)
-
-    def training_loss(*args: Any, **kwargs: Any) -> torch.Tensor:
-        return loss(model(*args, **kwargs))
-
-    def clear_grads() -> None:
-        if isinstance(model, torch.nn.Module):
-            model.zero_grad(set_to_none=True)
-
     attempts: list[Attempt] = []
     target = budget
     for _ in range(max_attempts):
         started = time.perf_counter()
-        torch._dynamo.reset()
-        no_cache = functorch_config.patch(enable_autograd_cache=False)
         try:
-            with no_cache, use(memory_budget=target) as solver:
-                compiled = torch.compile(training_loss, backend=backend)
-                compiled(*example_inputs, **example_kwargs).backward()
-                clear_grads()
-                measured = measured_peak(
-                    lambda: compiled(*example_inputs, **example_kwargs).backward(), device
-                )
-                clear_grads()
+            solver, measured = compile_and_measure(
+                model, loss, example_inputs, example_kwargs, backend, target
+            )
         except BudgetTooSmall as error:
             torch._dynamo.reset()
             tried = {attempt.target for attempt in attempts}

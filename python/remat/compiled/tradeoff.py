@@ -114,16 +114,6 @@ def tradeoff(
     from ..torch import use  # the adapter owns the solver
     from torch._functorch import config as functorch_config
 
-    def training_loss(*args: Any, **kwargs: Any) -> torch.Tensor:
-        return loss(model(*args, **kwargs))
-
-    def step(compiled: Callable[..., Any]) -> None:
-        compiled(*example_inputs, **example_kwargs).backward()
-
-    def clear_grads() -> None:
-        if isinstance(model, torch.nn.Module):
-            model.zero_grad(set_to_none=True)
-
     say = _progress(verbose)
     torch._dynamo.reset()
     say(f"compiling ({backend}) and predicting every plan's peak")
@@ -132,8 +122,9 @@ def tradeoff(
     no_cache = functorch_config.patch(enable_autograd_cache=False)
     with no_cache, use(memory_budget=2**61, max_candidates=max_candidates) as solver:
         solver.survey = True
-        step(torch.compile(training_loss, backend=backend))
-        clear_grads()
+        compiled = torch.compile(_training_loss(model, loss), backend=backend)
+        compiled(*example_inputs, **example_kwargs).backward()
+        _clear_grads(model)
         solver.survey = False
     survey_seconds = time.perf_counter() - started
     if not solver.choices:
@@ -164,17 +155,18 @@ def tradeoff(
             f"compiling and measuring {len(picks)} of them: about "
             f"{len(picks) * survey_seconds:.0f} s more (measure=0 skips this)"
         )
-        device = _device_of(example_inputs, example_kwargs)
         for number, index in enumerate(picks, 1):
             point = result.points[index]
             started = time.perf_counter()
-            torch._dynamo.reset()
-            with use(memory_budget=point.predicted_peak, max_candidates=max_candidates):
-                compiled = torch.compile(training_loss, backend=backend)
-                step(compiled)
-                clear_grads()
-                peak = measured_peak(lambda: step(compiled), device)
-                clear_grads()
+            _, peak = compile_and_measure(
+                model,
+                loss,
+                example_inputs,
+                example_kwargs,
+                backend,
+                point.predicted_peak,
+                max_candidates,
+            )
             result.points[index] = TradeoffPoint(**{**point.__dict__, "measured_peak": peak})
             result.measured.append(index)
             say(
@@ -184,6 +176,50 @@ def tradeoff(
             )
         torch._dynamo.reset()
     return result
+
+
+def compile_and_measure(
+    model: Callable[..., Any],
+    loss: Callable[[Any], torch.Tensor],
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    backend: str,
+    memory_budget: int,
+    max_candidates: int = 33,
+) -> tuple[Any, int]:
+    """``loss(model(*args, **kwargs))`` compiled with ``backend`` under
+    ``use(memory_budget=...)``, its step run once to compile and once measured, gradients
+    cleared after each: the solver (with its choices) and the measured peak. Resets dynamo
+    first, since its caches do not see the budget, and compiles past AOTAutograd's cache, whose
+    hit would skip the partitioner. BudgetTooSmall propagates."""
+    from ..torch import use  # the adapter owns the solver
+    from torch._functorch import config as functorch_config
+
+    torch._dynamo.reset()
+    no_cache = functorch_config.patch(enable_autograd_cache=False)
+    with no_cache, use(memory_budget=memory_budget, max_candidates=max_candidates) as solver:
+        compiled = torch.compile(_training_loss(model, loss), backend=backend)
+        compiled(*args, **kwargs).backward()
+        _clear_grads(model)
+        peak = measured_peak(lambda: compiled(*args, **kwargs).backward(), _device_of(args, kwargs))
+        _clear_grads(model)
+    return solver, peak
+
+
+def _training_loss(
+    model: Callable[..., Any], loss: Callable[[Any], torch.Tensor]
+) -> Callable[..., torch.Tensor]:
+    """The model and its loss as one function, so that one graph holds both."""
+
+    def training_loss(*args: Any, **kwargs: Any) -> torch.Tensor:
+        return loss(model(*args, **kwargs))
+
+    return training_loss
+
+
+def _clear_grads(model: Callable[..., Any]) -> None:
+    if isinstance(model, torch.nn.Module):
+        model.zero_grad(set_to_none=True)
 
 
 def _progress(verbose: bool) -> Callable[[str], None]:
