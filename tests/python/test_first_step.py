@@ -150,6 +150,27 @@ def test_the_floor_is_weighed_against_a_plain_run(monkeypatch):
     assert plain_runs[0] == 1 and recorded[0] == 0 and not found.worth_it
 
 
+def test_the_plain_timing_run_keeps_none_of_the_tensors_autograd_saves():
+    """The plain run that weighs the modes builds a graph it never back-propagates. Kept,
+    what autograd saved there (a block's activations) added to the first step's peak: the
+    zoo's Llama went from 0.64 to 0.90 MiB (bench/zoo_first_step_peak.py). Its saves must not
+    reach the hooks around it: the run drops them itself."""
+    layer = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 16))
+    x = torch.randn(4, 16, requires_grad=True)
+    reached = []
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        reached.append(tensor.shape)
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        layer(x)  # what the hooks see from a run that keeps its saves
+        kept = len(reached)
+        reached.clear()
+        seconds = selective.ModesCache._plain_forward(layer, (x,), {}, 1.0, None)
+    assert kept > 0 and reached == [] and 0 < seconds <= 1.0
+
+
 def test_layers_of_the_same_ops_at_other_sizes_share_one_measuring_of_the_modes(monkeypatch):
     modes = _counting(monkeypatch, selective, "measure_modes")
     _plain_runs_take(monkeypatch, 1.0)  # every layer worth weighing

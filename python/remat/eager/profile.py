@@ -158,6 +158,17 @@ def _never_unpacked(_: Any) -> torch.Tensor:
     raise RuntimeError("remat: a graph built while measuring was back-propagated")
 
 
+def _not_kept(_: torch.Tensor) -> _NotKept:
+    return _NotKept()
+
+
+def saves_dropped() -> Any:
+    """Saved-tensor hooks for a timing run that is never back-propagated: autograd still
+    records the graph (whose cost is part of the forward's time) but keeps none of the tensors
+    it saves, which would otherwise outlive the run in a cycle (see _NotKept)."""
+    return torch.autograd.graph.saved_tensors_hooks(_not_kept, _never_unpacked)
+
+
 class SaveRecorder:
     """While active, records the storages autograd saves (activations: not those in `excluded`,
     nor parameters), calling `on_save` at every save. The measured graph is never

@@ -51,7 +51,7 @@ from ..saved_memory import is_traced, sac_storage, storage_key
 from ._runtime import _detached, _modules_of, _signature, _synchronize, _tensors, clock
 from .generators import note_draws
 from .op_facts import argument, draws_random, facts_of
-from .profile import CallMeasurement, SaveRecorder, measure_call
+from .profile import CallMeasurement, SaveRecorder, measure_call, saves_dropped
 
 Key = tuple[str, int, int]
 
@@ -327,7 +327,7 @@ class ModesCache:
             now = clock()
             _synchronize((args, kwargs))
             start = now()
-            with torch.enable_grad():
+            with torch.enable_grad(), saves_dropped():
                 out = function(*args, **kwargs)
             _synchronize(out)
             plain_seconds = now() - start
