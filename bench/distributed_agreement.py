@@ -20,10 +20,9 @@ import os
 import pathlib
 import platform
 import statistics
+import sys
 import tempfile
 import time
-
-import sys
 
 import torch
 import torch.distributed as dist
@@ -36,9 +35,10 @@ import models  # noqa: E402
 
 
 def worker(rank: int, world: int, store: str, out: str, args: argparse.Namespace) -> None:
-    import remat.torch as rt
-    from remat.eager import distributed as remat_distributed
     from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import remat.torch as rt
+    from remat import _distributed as remat_distributed
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)

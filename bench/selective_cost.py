@@ -7,9 +7,9 @@ on one thread, timed by the thread's CPU time. For several entries of the block'
 "recompute everything" to "cache every cacheable op") it compares:
 
 - predicted: the re-run time the chain planner is given for that entry
-  (`remat.eager.profile.option_seconds`): the ops it re-runs, scaled to the block's forward
+  (`remat.eager.measure.menu.option_seconds`): the ops it re-runs, scaled to the block's forward
   time, plus, when it keeps ops, what SAC's modes were measured to add to this block
-  (`selective.measure_modes`);
+  (`remat.eager.measure.ops.measure_modes`);
 - the model before it (the ops alone, plus a per-op figure for the modes measured on a chain
   of tiny ops, 6-14 us an op on this machine; `--per-op-us` sets it);
 - measured: a training step of the block (forward, backward) as a checkpoint region with that
@@ -31,10 +31,13 @@ from torch.utils.checkpoint import checkpoint
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 import models  # noqa: E402
-
-from remat.eager import selective  # noqa: E402
 from remat.eager._runtime import _PreservedState, clock  # noqa: E402
-from remat.eager.profile import option_seconds  # noqa: E402
+from remat.eager.measure.menu import (
+    menu,  # noqa: E402
+    option_seconds,  # noqa: E402
+)
+from remat.eager.measure.ops import profile_ops  # noqa: E402
+from remat.eager.policy import context_fn  # noqa: E402
 
 
 def main() -> None:
@@ -49,7 +52,7 @@ def main() -> None:
     x = torch.randn(4, 256, 256, requires_grad=True)
     now = clock()
     with _PreservedState([block], {x.device}):
-        ops = selective.profile_ops(block, (x,), {}, set(), repeats=2)
+        ops = profile_ops(block, (x,), {}, set(), repeats=2)
 
     def forward_seconds() -> float:
         start = now()
@@ -58,7 +61,7 @@ def main() -> None:
 
     forward = min(forward_seconds() for _ in range(7))
     scale = forward / sum(op.seconds for op in ops.ops)
-    entries = selective.menu(ops)
+    entries = menu(ops)
     picked = [
         entries[i] for i in sorted({0, 1, len(entries) // 2, len(entries) - 3, len(entries) - 1})
     ]
@@ -69,7 +72,7 @@ def main() -> None:
         if index is None:
             y = block(x)
         elif picked[index].cached:
-            contexts = selective.context_fn(ops, picked[index], "block")
+            contexts = context_fn(ops, picked[index], "block")
             y = checkpoint(block, x, use_reentrant=False, context_fn=contexts)
         else:
             y = checkpoint(block, x, use_reentrant=False)

@@ -28,21 +28,21 @@ _spec = importlib.util.spec_from_file_location("zoo_bench", ROOT / "bench" / "zo
 zoo_bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(zoo_bench)  # type: ignore[union-attr]
 
-from remat.eager import selective  # noqa: E402
 from remat.eager._runtime import _detached  # noqa: E402
-from remat.eager.profile import time_scale  # noqa: E402
+from remat.eager.measure.menu import time_scale  # noqa: E402
+from remat.eager.measure.ops import ModesCache  # noqa: E402
 
 
 def blocks_of(name: str, hidden: int, args: argparse.Namespace) -> list[dict[str, float]]:
     """One row per profiled block of the model at `hidden`."""
     rows: list[dict[str, float]] = []
-    complete = selective.ModesCache.complete
+    complete = ModesCache.complete
 
     def logged(self, function, fn_args, kwargs, profile, forward_seconds, repeats=0, **extra):
         found = complete(self, function, fn_args, kwargs, profile, forward_seconds, repeats)
         if found.modes_seconds is None or forward_seconds is None:
             return found
-        plain = selective.ModesCache._plain_forward(
+        plain = ModesCache._plain_forward(
             function, _detached(fn_args), _detached(kwargs), forward_seconds, None
         )
         caching, cached = found.modes_seconds
@@ -59,16 +59,16 @@ def blocks_of(name: str, hidden: int, args: argparse.Namespace) -> list[dict[str
     ids = torch.randint(0, args.vocab, (args.batch, args.seq), generator=torch.Generator())
     measured = zoo_bench.measure(base, ids)
     budget = (measured.least_budget_bytes + measured.no_checkpoint_bytes) // 2
-    init = selective.ModesCache.__init__
-    selective.ModesCache.__init__ = lambda self, shortcuts=True: init(self, False)
-    selective.ModesCache.complete = logged
+    init = ModesCache.__init__
+    ModesCache.__init__ = lambda self, shortcuts=True: init(self, False)
+    ModesCache.complete = logged
     try:
         model = copy.deepcopy(base)
         zoo_bench.hf.enable(model, memory_budget=budget)
         zoo_bench.step_of(model, ids)()  # the first step profiles every block
     finally:
-        selective.ModesCache.__init__ = init
-        selective.ModesCache.complete = complete
+        ModesCache.__init__ = init
+        ModesCache.complete = complete
     return rows
 
 

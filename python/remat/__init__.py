@@ -11,9 +11,14 @@ the C++ core (``remat._core``); this package is the thin layer that reaches PyTo
   checkpoint eager training to an absolute budget (:mod:`remat.eager`).
 """
 
-from ._core import InputError, InvalidSchedule, PlannerMemoryError, WorkLimitError
-from ._core import __version__  # the project() version in CMakeLists.txt, as `remat --version`
 from . import knapsack
+from ._core import (
+    InputError,
+    InvalidSchedule,
+    PlannerMemoryError,
+    WorkLimitError,
+    __version__,  # the project() version in CMakeLists.txt, as `remat --version`
+)
 from ._solve import SOLVERS, ParetoFront, Result, pareto, solve
 
 __all__ = [
@@ -26,4 +31,6 @@ __all__ = [
     "pareto",
     "solve",
     "WorkLimitError",
+    "__version__",
+    "knapsack",
 ]

@@ -42,7 +42,9 @@ def vector(values: Any, field: str) -> np.ndarray:
         values = values.detach().cpu().numpy()  # without importing torch
     if isinstance(values, np.ndarray):
         if values.ndim != 1:
-            raise ValueError(f"{field}: expected a one-dimensional array, got {values.ndim} dimensions")
+            raise ValueError(
+                f"{field}: expected a one-dimensional array, got {values.ndim} dimensions"
+            )
         if values.dtype.kind not in "biuf" or values.dtype.kind == "b":
             raise TypeError(f"{field}: expected numbers, got an array of {values.dtype}")
         return np.ascontiguousarray(values, dtype=np.float64)

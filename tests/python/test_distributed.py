@@ -132,7 +132,7 @@ def _spawn(worker, world: int, tmp_path: pathlib.Path, *args, seconds: float = 3
     """Runs `worker` on `world` ranks and returns what each rank wrote. A run that outlives
     `seconds` is run once more, from a fresh store, with a warning that carries its stacks, so
     that a rare stall shows where it waits (the one CI saw in two ranks compiling under DDP was
-    a deadlock of gloo's worker thread and the GIL, fixed in remat.eager.distributed)."""
+    a deadlock of gloo's worker thread and the GIL, fixed in remat._distributed)."""
     hung = []
     for attempt in range(2):
         out = tmp_path / f"attempt{attempt}"
@@ -141,7 +141,8 @@ def _spawn(worker, world: int, tmp_path: pathlib.Path, *args, seconds: float = 3
             if hung:
                 warnings.warn(
                     f"{worker.__name__} hung once and then passed; innermost frames:\n"
-                    f"{_innermost(hung[0])}\nwhole stacks:\n{hung[0]}"
+                    f"{_innermost(hung[0])}\nwhole stacks:\n{hung[0]}",
+                    stacklevel=2,
                 )
             return _read(out, world)
         hung.append(stacks)
@@ -155,8 +156,9 @@ def _spawn(worker, world: int, tmp_path: pathlib.Path, *args, seconds: float = 3
 
 
 def _ddp_worker(rank, world, store, out, slow_rank):
-    import remat.torch as rt
     from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import remat.torch as rt
 
     _init(rank, world, store)
     base = Net()
@@ -168,7 +170,7 @@ def _ddp_worker(rank, world, store, out, slow_rank):
     if rank == slow_rank:
         model.module.layers[2].slow = 0.03  # slow while it measures
     grads_equal, plans = True, []
-    for step in range(2):
+    for _step in range(2):
         for net in (plain, model):
             net.zero_grad()
             net(x).pow(2).mean().backward()
@@ -182,8 +184,9 @@ def _ddp_worker(rank, world, store, out, slow_rank):
 
 
 def _changing_shapes_worker(rank, world, store, out, batches, mode):
-    import remat.torch as rt
     from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import remat.torch as rt
 
     _init(rank, world, store)
     base = Net() if mode == "blocks" else nn.Sequential(*(Block() for _ in range(6)))
@@ -294,17 +297,18 @@ class WideBlock(nn.Module):
 
 
 def _selective_uneven_worker(rank, world, store, out):
-    import remat.torch as rt
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from remat.eager import distributed, profile_layers
+    import remat.torch as rt
+    from remat.eager import profile_layers
+    from remat.eager.plan.agree import agree_on_profile
 
     _init(rank, world, store)
     base = nn.Sequential(*(WideBlock() for _ in range(4)))
     x = torch.randn(64 * (rank + 1), 256)  # the last rank's batch is the largest
     # The agreed menus, whatever the timings: each entry holds what the most any rank caches.
     own = profile_layers(list(base), x, granularity="op")
-    agreed = distributed.agree_on_profile(own, 1)
+    agreed = agree_on_profile(own, 1)
     shortfalls = []  # (layer, entry, agreed bytes, this rank's) where this rank caches more
     for index, menu in enumerate(agreed.selective):
         for entry, (held, _) in zip(menu[1], agreed.layers[index].options):
@@ -322,7 +326,7 @@ def _selective_uneven_worker(rank, world, store, out):
         model = DDP(copy.deepcopy(base))
         handle = rt.auto_checkpoint(model.module, blocks=list(model.module), memory_budget=budget)
         peaks = []
-        for step in range(2):
+        for _step in range(2):
             for net in (plain, model):
                 net.zero_grad()
                 with rt.SavedTensorMeter(net.module) as meter:
@@ -365,8 +369,9 @@ def test_op_level_options_fit_the_rank_with_the_largest_inputs(tmp_path):
 
 
 def _fsdp_worker(rank, world, store, out):
-    import remat.torch as rt
     from torch.distributed.fsdp import fully_shard
+
+    import remat.torch as rt
 
     _init(rank, world, store)
     base = Net()
@@ -383,7 +388,7 @@ def _fsdp_worker(rank, world, store, out):
     handle = rt.auto_checkpoint(model, memory_budget=budget)  # before sharding, as torchtitan
     model = sharded(model)
     equal, plans = True, []
-    for step in range(2):
+    for _step in range(2):
         for net in (plain, model):
             net.zero_grad()
             with rt.SavedTensorMeter(net) as meter:
@@ -424,9 +429,10 @@ def _hf_fsdp_worker(rank, world, store, out):
     # A Hugging Face Llama (the zoo's config, use_cache at its default) through remat's
     # transformers integration, sharded with FSDP2 as torchtitan and accelerate do: every layer,
     # then the root, after the integration wrapped the layers.
+    from torch.distributed.fsdp import fully_shard
+
     import remat.integrations.transformers as hf
     import remat.torch as rt
-    from torch.distributed.fsdp import fully_shard
     from zoo import torchvision_cpu  # noqa: F401
     from zoo.models import ZOO
 
@@ -436,8 +442,13 @@ def _hf_fsdp_worker(rank, world, store, out):
     g = torch.Generator().manual_seed(10 + rank)
     ids = torch.randint(0, 512, (2, 32), generator=g)
     measured = rt.measure(
-        copy.deepcopy(base), ids, labels=ids, loss_fn=zoo.loss, verbose=False,
-        blocks="model.layers", plan_group="local",
+        copy.deepcopy(base),
+        ids,
+        labels=ids,
+        loss_fn=zoo.loss,
+        verbose=False,
+        blocks="model.layers",
+        plan_group="local",
     )
     least, most = measured.least_budget_bytes, measured.no_checkpoint_bytes
     budget = max(dist_all(least + (most - least) // 3))
@@ -475,8 +486,9 @@ def test_the_transformers_integration_under_fsdp2_is_exact(tmp_path):
 
 
 def _fsdp_chain_worker(rank, world, store, out):
-    import remat.torch as rt
     from torch.distributed.fsdp import fully_shard
+
+    import remat.torch as rt
 
     _init(rank, world, store)
 
@@ -507,7 +519,7 @@ def _fsdp_chain_worker(rank, world, store, out):
     model = sharded(model)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for step in range(2):
+        for _step in range(2):
             for net in (plain, model):
                 net.zero_grad()
                 net(x).pow(2).mean().backward()
@@ -539,7 +551,7 @@ def test_fsdp2_chain_is_planned_untuned_and_exact(tmp_path):
 
 
 def _mismatch_worker(rank, world, store, out):
-    from remat.eager import distributed
+    from remat import _distributed as distributed
 
     _init(rank, world, store)
     payload = {}
@@ -547,11 +559,12 @@ def _mismatch_worker(rank, world, store, out):
         distributed.verify_same_plan([(0, rank, 0)])
     except RuntimeError as error:
         payload["mismatch"] = str(error)
-    from remat.eager.profile import LayerProfile, Profile
+    from remat.eager.plan.agree import agree_on_profile
+    from remat.eager.types import LayerProfile, Profile
 
     layer = LayerProfile("block", 100, 10, False, 1e-3)
     try:  # a budget below the least on one rank alone raised there and left the others waiting
-        distributed.agree_on_profile(Profile(10, (layer, layer), 1e-5), 1000 * (rank + 1))
+        agree_on_profile(Profile(10, (layer, layer), 1e-5), 1000 * (rank + 1))
     except RuntimeError as error:
         payload["budgets"] = str(error)
     os.environ["REMAT_DIST_TIMEOUT_SECONDS"] = "3"
@@ -581,8 +594,9 @@ def test_a_different_plan_or_a_missing_rank_is_an_error(tmp_path):
 
 
 def _pipeline_worker(rank, world, store, out, microbatches):
-    import remat.torch as rt
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+    import remat.torch as rt
 
     _init(rank, world, store)
     torch.manual_seed(0)
@@ -665,7 +679,7 @@ def test_pipeline_stages_fit_their_budget_over_microbatches_in_flight(tmp_path):
 
 def _counting_agreements() -> list[str]:
     """What this rank agrees on with the others from now on, one entry per collective."""
-    from remat.eager import distributed
+    from remat import _distributed as distributed
 
     agreed, gather = [], distributed.all_gather
 
@@ -730,7 +744,7 @@ def test_use_under_ddp_gives_every_rank_the_same_plan(tmp_path, estimator):
 
 
 def _dispatcher_worker(rank, world, store, out, calls):
-    from remat.eager import distributed
+    from remat import _distributed as distributed
 
     _init(rank, world, store)
     with torch._C._EnablePythonDispatcher():  # as in torch.compile's partitioner

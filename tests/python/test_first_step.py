@@ -11,8 +11,11 @@ import torch
 from torch import nn
 
 import remat.torch as rt
-from remat.eager import planning, selective
-from remat.eager.profile import CallMeasurement, LayerProfile, Profile, measure_call, with_menus
+from remat.eager.measure import ops as measure_ops
+from remat.eager.measure.calls import CallMeasurement, measure_call
+from remat.eager.measure.menu import with_menus
+from remat.eager.run import first_step, tuning
+from remat.eager.types import LayerProfile, Profile
 
 
 class _Block(nn.Module):
@@ -70,9 +73,9 @@ def test_blocks_of_one_kind_are_recorded_and_their_modes_measured_once(monkeypat
     plain = _Stack()
     model = copy.deepcopy(plain)
     x = torch.randn(8, 16, 32)
-    modes = _counting(monkeypatch, selective, "measure_modes")
-    recorded = _counting(monkeypatch, selective, "measure_with_ops")
-    recorded_later = _counting(monkeypatch, selective, "record_ops")
+    modes = _counting(monkeypatch, measure_ops, "measure_modes")
+    recorded = _counting(monkeypatch, first_step, "measure_with_ops")
+    recorded_later = _counting(monkeypatch, measure_ops, "record_ops")
     measured = rt.measure(copy.deepcopy(model), x, blocks="layers", verbose=False)
     modes[0] = recorded[0] = recorded_later[0] = 0
     rt.auto_checkpoint(
@@ -98,16 +101,16 @@ def _plain_runs_take(monkeypatch, seconds: float) -> list[int]:
             plain_seconds = seconds
         return min(forward_seconds, plain_seconds)
 
-    monkeypatch.setattr(selective.ModesCache, "_plain_forward", staticmethod(plain))
+    monkeypatch.setattr(measure_ops.ModesCache, "_plain_forward", staticmethod(plain))
     return calls
 
 
 def test_a_layer_whose_modes_cannot_pay_is_planned_whole(monkeypatch):
     layer = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 16))
     x = torch.randn(4, 16, requires_grad=True)
-    cache = selective.ModesCache()
+    cache = measure_ops.ModesCache()
     assert cache.floor_seconds(10**6) == 0.0  # nothing measured: every first kind is measured
-    call, ops = selective.measure_with_ops(layer, (x,), {}, set())
+    call, ops = measure_ops.measure_with_ops(layer, (x,), {}, set())
     assert ops.dispatched == call.dispatched > 0
     kind = cache.kind(layer, ("x",))
     assert cache.records(kind)
@@ -138,12 +141,12 @@ def test_the_floor_is_weighed_against_a_plain_run(monkeypatch):
     the layer alone: a layer timed slow there but quick alone is not profiled."""
     layer = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 16))
     x = torch.randn(4, 16, requires_grad=True)
-    cache = selective.ModesCache()
-    call, ops = selective.measure_with_ops(layer, (x,), {}, set())
+    cache = measure_ops.ModesCache()
+    call, ops = measure_ops.measure_with_ops(layer, (x,), {}, set())
     cache.ops_of(cache.kind(layer, ("x",)), layer, (x,), {}, set(), call, ops)
     floor = cache.floor_seconds(call.dispatched)
     other = nn.Sequential(nn.Linear(16, 16), nn.Tanh())
-    recorded = _counting(monkeypatch, selective, "record_ops")
+    recorded = _counting(monkeypatch, measure_ops, "record_ops")
     inflated = dataclasses.replace(call, forward_seconds=4 * floor)
     plain_runs = _plain_runs_take(monkeypatch, floor / 2)
     found = cache.ops_of(cache.kind(other, ("x",)), other, (x,), {}, set(), inflated, None)
@@ -167,19 +170,19 @@ def test_the_plain_timing_run_keeps_none_of_the_tensors_autograd_saves():
         layer(x)  # what the hooks see from a run that keeps its saves
         kept = len(reached)
         reached.clear()
-        seconds = selective.ModesCache._plain_forward(layer, (x,), {}, 1.0, None)
+        seconds = measure_ops.ModesCache._plain_forward(layer, (x,), {}, 1.0, None)
     assert kept > 0 and reached == [] and 0 < seconds <= 1.0
 
 
 def test_layers_of_the_same_ops_at_other_sizes_share_one_measuring_of_the_modes(monkeypatch):
-    modes = _counting(monkeypatch, selective, "measure_modes")
+    modes = _counting(monkeypatch, measure_ops, "measure_modes")
     _plain_runs_take(monkeypatch, 1.0)  # every layer worth weighing
-    cache = selective.ModesCache()
+    cache = measure_ops.ModesCache()
     found = []
     for width in (16, 48):
         layer = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width))
         x = torch.randn(4, width, requires_grad=True)
-        call, ops = selective.measure_with_ops(layer, (x,), {}, set())
+        call, ops = measure_ops.measure_with_ops(layer, (x,), {}, set())
         forward = 1.0 + width  # in the planner's unit, whatever it measured
         found.append((cache.complete(layer, (x,), {}, ops, forward), forward))
     assert modes[0] == 1
@@ -192,16 +195,16 @@ def test_layers_of_the_same_ops_at_other_sizes_share_one_measuring_of_the_modes(
 
     other = nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 16))
     x = torch.randn(4, 16, requires_grad=True)
-    _, ops = selective.measure_with_ops(other, (x,), {}, set())
+    _, ops = measure_ops.measure_with_ops(other, (x,), {}, set())
     cache.complete(other, (x,), {}, ops, 1.0)
     assert modes[0] == 2  # other ops: measured
 
 
 def test_a_new_kind_of_known_classes_records_as_it_is_measured():
-    cache = selective.ModesCache()
+    cache = measure_ops.ModesCache()
     layer = nn.Sequential(nn.Linear(16, 16), nn.ReLU())
     x = torch.randn(4, 16, requires_grad=True)
-    call, ops = selective.measure_with_ops(layer, (x,), {}, set())
+    call, ops = measure_ops.measure_with_ops(layer, (x,), {}, set())
     cache.ops_of(cache.kind(layer, ("x",)), layer, (x,), {}, set(), call, ops)
     wider = cache.kind(nn.Sequential(nn.Linear(32, 32), nn.ReLU()), ("x",))
     unseen = cache.kind(nn.Sequential(nn.Linear(16, 16), nn.Tanh()), ("x",))
@@ -214,11 +217,11 @@ def test_measuring_with_ops_matches_measuring_and_profiling_apart():
     x = torch.randn(4, 8, 32, requires_grad=True)
     kwargs = {"scale": torch.ones(32)}
     rng = torch.random.get_rng_state()
-    call, ops = selective.measure_with_ops(block, (x,), kwargs, set())
+    call, ops = measure_ops.measure_with_ops(block, (x,), kwargs, set())
     torch.random.set_rng_state(rng)
     alone = measure_call(block, (x,), kwargs, set(), repeats=0)
     torch.random.set_rng_state(rng)
-    apart = selective.profile_ops(block, (x,), kwargs, set(), repeats=0)
+    apart = measure_ops.profile_ops(block, (x,), kwargs, set(), repeats=0)
     assert isinstance(call, CallMeasurement)
     assert _sizes(call.saved_keys) == _sizes(alone.saved_keys)
     assert _sizes(call.output_keys) == _sizes(alone.output_keys)
@@ -265,7 +268,7 @@ def test_a_chain_is_tuned_on_the_steps_after_the_first_and_each_step_is_exact(mo
     def no_timing_in_a_step(*args, **kwargs):
         raise AssertionError("a candidate plan was timed inside a step")
 
-    monkeypatch.setattr(planning, "_time_step", no_timing_in_a_step)
+    monkeypatch.setattr(tuning, "_time_step", no_timing_in_a_step)
     measured = rt.measure(copy.deepcopy(model), x, blocks="body", verbose=False)
     handle = rt.auto_checkpoint(
         model, memory_budget=measured.no_checkpoint_bytes - 1, blocks="body", granularity="block"

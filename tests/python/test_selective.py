@@ -21,12 +21,14 @@ from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "examples"))
 import models  # noqa: E402
-
 from remat import eager as remat_eager  # noqa: E402
-from remat.eager import auto as remat_auto  # noqa: E402
-from remat.eager import profile as remat_profile  # noqa: E402
-from remat.eager import selective  # noqa: E402
+from remat.eager import policy as sac_policy  # noqa: E402
+from remat.eager import table as plan_table  # noqa: E402
 from remat.eager._runtime import _PreservedState  # noqa: E402
+from remat.eager.measure import chain as measure_chain  # noqa: E402
+from remat.eager.measure import menu as measure_menu  # noqa: E402
+from remat.eager.measure import ops as measure_ops  # noqa: E402
+from remat.eager.run import first_step  # noqa: E402
 from remat.saved_memory import storage_key  # noqa: E402
 
 
@@ -64,8 +66,8 @@ class _Executed(TorchDispatchMode):
 def test_menu_matches_what_sac_caches_and_reruns(name):
     layer, h = layer_and_input(name)
     with _PreservedState([layer], {h.device}):
-        ops = selective.profile_ops(layer, (h,), {}, set(), repeats=1)
-    entries = selective.menu(ops)
+        ops = measure_ops.profile_ops(layer, (h,), {}, set(), repeats=1)
+    entries = measure_menu.menu(ops)
     assert entries[0].held_bytes == 0 and len(entries) >= 2
     assert all(a.held_bytes < b.held_bytes for a, b in zip(entries, entries[1:]))
     assert all(a.recompute_seconds > b.recompute_seconds for a, b in zip(entries, entries[1:]))
@@ -74,7 +76,7 @@ def test_menu_matches_what_sac_caches_and_reruns(name):
     reference = torch.autograd.grad(layer(h).sum(), [h, *layer.parameters()])
     names = tuple(op.name for op in ops.ops)
     for entry in entries:
-        policy = selective._Policy(names, entry.cached, name)
+        policy = sac_policy._Policy(names, entry.cached, name)
         executed = _Executed()
 
         def contexts():
@@ -100,11 +102,11 @@ def test_menu_matches_what_sac_caches_and_reruns(name):
 def test_modes_cost_is_measured_on_the_layer_and_charged_to_selective_options(name):
     """On CPU each layer's SAC cost is measured on the layer itself; every option that keeps ops
     pays it on top of the ops it re-runs (scaled like every op time), the plain region does not."""
-    from remat.eager.profile import option_seconds
+    from remat.eager.measure.menu import option_seconds
 
     layer, h = layer_and_input(name)
     with _PreservedState([layer], {h.device}):
-        ops = selective.profile_ops(layer, (h,), {}, set(), repeats=1)
+        ops = measure_ops.profile_ops(layer, (h,), {}, set(), repeats=1)
     assert ops.replays and ops.modes_seconds is not None
     caching_forward, cached_rerun = ops.modes_seconds
     assert caching_forward > 0 and cached_rerun > 0  # a re-run still runs the layer's Python
@@ -112,7 +114,7 @@ def test_modes_cost_is_measured_on_the_layer_and_charged_to_selective_options(na
     forward_extra = caching_forward - plain_forward
     floor = ops.uncached_floor_seconds
     assert 0 < floor < ops.rerun_seconds  # views are never cached, but take little time
-    entries = selective.menu(ops)
+    entries = measure_menu.menu(ops)
     for entry in entries:
         seconds = option_seconds(ops, entry, 2.0, plain_forward)
         if entry.cached:
@@ -144,9 +146,9 @@ def test_what_goes_off_the_plan_reaches_the_given_warn():
     # (it went to warnings.warn alone).
     layer, h = layer_and_input("gpt")
     with _PreservedState([layer], {h.device}):
-        ops = selective.profile_ops(layer, (h,), {}, set(), repeats=0)
+        ops = measure_ops.profile_ops(layer, (h,), {}, set(), repeats=0)
     said: list[str] = []
-    contexts = selective.context_fn(ops, selective.menu(ops)[-1], "gpt block", said.append)
+    contexts = sac_policy.context_fn(ops, measure_menu.menu(ops)[-1], "gpt block", said.append)
     other = nn.Sequential(nn.Linear(h.shape[-1], 8), nn.Tanh())  # not the ops profiled
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nothing through warnings.warn
@@ -159,14 +161,15 @@ def test_a_layer_sac_does_not_replay_gets_no_selective_options():
     one more op) is found out while it is profiled, without an error or a warning, and is
     planned as a block: under SAC its backward would fail (an op the caching forward did not
     run) or its policy diverge from the plan."""
-    from remat.eager.profile import LayerProfile, Profile, with_menus
+    from remat.eager.measure.menu import with_menus
+    from remat.eager.types import LayerProfile, Profile
 
     layer = _EveryOtherCallDiffers()
     x = torch.randn(4, 8, requires_grad=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with _PreservedState([layer], {x.device}):
-            ops = selective.profile_ops(layer, (x,), {}, set(), repeats=1)
+            ops = measure_ops.profile_ops(layer, (x,), {}, set(), repeats=1)
     assert not ops.replays and ops.modes_seconds is None
     assert any(op.cacheable for op in ops.ops)  # it would have had a menu
     replaying = dataclasses.replace(ops, replays=True)
@@ -196,11 +199,11 @@ class _Stacked:
 def test_random_views_and_late_ops_are_never_cached():
     layer, h = layer_and_input("gpt")
     with _PreservedState([layer], {h.device}):
-        ops = selective.profile_ops(layer, (h,), {}, set(), repeats=0)
+        ops = measure_ops.profile_ops(layer, (h,), {}, set(), repeats=0)
     reasons = {op.why_not for op in ops.ops if not op.cacheable}
     assert {"random", "view or in-place", "not re-run"} <= reasons
     assert all(not op.cacheable for op in ops.ops if "dropout" in op.name or "bernoulli" in op.name)
-    table = selective.describe(ops, selective.menu(ops)[-1])
+    table = plan_table.describe(ops, measure_menu.menu(ops)[-1])
     assert table.startswith("keeps ") and f"of {len(ops.ops)} ops" in table
 
 
@@ -225,7 +228,7 @@ def test_a_tensor_written_through_out_is_never_cached():
     # silently wrong.
     layer, x = WritesThroughOut(), torch.randn(8, 16)
     with _PreservedState([layer], {x.device}):
-        ops = selective.profile_ops(layer, (x,), {}, set(), repeats=0)
+        ops = measure_ops.profile_ops(layer, (x,), {}, set(), repeats=0)
     zeros = [op for op in ops.ops if op.name.startswith("aten.zeros")]
     assert zeros and all(op.why_not == "mutated later" for op in zeros), ops.ops
 
@@ -249,10 +252,10 @@ def test_ops_that_create_an_output_are_never_cached():
     # changed in place made SAC raise in backward.
     layer, x = RoutesAndReturnsLogits(), torch.randn(8, 16)
     with _PreservedState([layer], {x.device}):
-        ops = selective.profile_ops(layer, (x,), {}, set(), repeats=0)
+        ops = measure_ops.profile_ops(layer, (x,), {}, set(), repeats=0)
     returned = {i for i, op in enumerate(ops.ops) if op.why_not == "returned"}
     assert len(returned) == 2, ops.ops  # the router's addmm and the residual add
-    assert all(not entry.cached & returned for entry in selective.menu(ops))
+    assert all(not entry.cached & returned for entry in measure_menu.menu(ops))
 
 
 def test_layers_that_cast_weights_under_autocast_get_no_selective_options():
@@ -271,7 +274,7 @@ def test_layers_that_cast_weights_under_autocast_get_no_selective_options():
     layer, x = WritesThroughOut().to(torch.bfloat16), torch.randn(8, 16, dtype=torch.bfloat16)
     with _PreservedState([layer], {x.device}), torch.autocast("cpu", torch.bfloat16):
         # Nothing to cast: selective as without autocast.
-        assert selective.profile_ops(layer, (x,), {}, set(), repeats=0).replays
+        assert measure_ops.profile_ops(layer, (x,), {}, set(), repeats=0).replays
 
 
 def test_attention_is_random_only_with_dropout():
@@ -282,12 +285,14 @@ def test_attention_is_random_only_with_dropout():
     for name, random in (("gpt", True), ("llama", False)):
         layer, h = layer_and_input(name)
         with _PreservedState([layer], {h.device}):
-            ops = selective.profile_ops(layer, (h,), {}, set(), repeats=0)
+            ops = measure_ops.profile_ops(layer, (h,), {}, set(), repeats=0)
         attention = [op for op in ops.ops if "attention" in op.name]
         # (On CPU, attention with dropout runs as the math path's ops, its dropout random.)
         assert attention or random, [op.name for op in ops.ops]
         assert all((op.why_not == "random") == random for op in attention), (name, attention)
-    assert any(any("attention" in ops.ops[i].name for i in e.cached) for e in selective.menu(ops))
+    assert any(
+        any("attention" in ops.ops[i].name for i in e.cached) for e in measure_menu.menu(ops)
+    )
 
 
 def _flop_like_op_times(monkeypatch) -> None:
@@ -305,37 +310,38 @@ def _flop_like_op_times(monkeypatch) -> None:
         )
         return dataclasses.replace(ops, ops=timed)
 
-    measured_ops = selective.profile_ops
+    measured_ops = measure_ops.profile_ops
 
     def profile_ops(*args, **kwargs):
         return flop_like(measured_ops(*args, **kwargs))
 
-    measured_with_ops = selective.measure_with_ops
+    measured_with_ops = measure_ops.measure_with_ops
 
     def measure_with_ops(*args, **kwargs):
         call, ops = measured_with_ops(*args, **kwargs)
         return dataclasses.replace(call, forward_seconds=1e-3), flop_like(ops)
 
-    complete = selective.ModesCache.complete
+    complete = measure_ops.ModesCache.complete
 
     def without_modes_cost(self, function, args, kwargs, profile, forward_seconds, repeats=0, **_):
         found = complete(self, function, args, kwargs, profile, None, repeats)
         return dataclasses.replace(found, modes_seconds=None)
 
-    monkeypatch.setattr(selective, "profile_ops", profile_ops)
-    monkeypatch.setattr(selective, "measure_with_ops", measure_with_ops)
-    monkeypatch.setattr(selective.ModesCache, "complete", without_modes_cost)
+    monkeypatch.setattr(measure_ops, "profile_ops", profile_ops)
+    monkeypatch.setattr(measure_chain, "measure_with_ops", measure_with_ops)
+    monkeypatch.setattr(first_step, "measure_with_ops", measure_with_ops)
+    monkeypatch.setattr(measure_ops.ModesCache, "complete", without_modes_cost)
     # The fixed cost of a region too: on these tiny blocks it is comparable to a block's forward,
     # and its noise alone can flip the plan between selective and whole regions.
-    monkeypatch.setattr(remat_auto, "_region_overhead", lambda *args: 0.0)
-    monkeypatch.setattr(remat_profile, "_region_overhead", lambda *args: 0.0)
-    measure = remat_profile.measure_call
+    monkeypatch.setattr(first_step, "_region_overhead", lambda *args: 0.0)
+    monkeypatch.setattr(measure_chain, "_region_overhead", lambda *args: 0.0)
+    measure = measure_chain.measure_call
 
     def measure_call(*args, **kwargs):
         return dataclasses.replace(measure(*args, **kwargs), forward_seconds=1e-3)
 
-    monkeypatch.setattr(remat_profile, "measure_call", measure_call)
-    monkeypatch.setattr(remat_auto, "measure_call", measure_call)
+    monkeypatch.setattr(measure_chain, "measure_call", measure_call)
+    monkeypatch.setattr(first_step, "measure_call", measure_call)
 
 
 def test_op_level_plans_fit_measured_with_the_cache_counted(monkeypatch):
@@ -551,13 +557,13 @@ def test_policy_realigns_on_ops_traced_otherwise_under_torch_compile():
 
     layer, h = layer_and_input("gpt")
     with _PreservedState([layer], {h.device}):
-        ops = selective.profile_ops(layer, (h,), {}, set(), repeats=0)
-    entry = selective.menu(ops)[-1]  # caches the most
+        ops = measure_ops.profile_ops(layer, (h,), {}, set(), repeats=0)
+    entry = measure_menu.menu(ops)[-1]  # caches the most
     names = tuple(op.name for op in ops.ops)
     policies = []
 
     def contexts():
-        policies.append(selective._Policy(names, entry.cached, "gpt block"))
+        policies.append(sac_policy._Policy(names, entry.cached, "gpt block"))
         return create_selective_checkpoint_contexts(policies[-1])
 
     def run(x):

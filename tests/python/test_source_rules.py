@@ -5,6 +5,7 @@ The core and the binding must not touch iostreams or locales: with a statically 
 every error path. Only the CLI (an executable, src/cli/) and the JSON edge it links (src/io/, never
 part of the Python module) may use them."""
 
+import ast
 import pathlib
 import re
 
@@ -47,3 +48,158 @@ def test_the_rule_catches_a_stream():
     assert FORBIDDEN.search("#include <sstream>")
     assert FORBIDDEN.search("  std::ostringstream out;")
     assert not FORBIDDEN.search('#include "common/text.hpp"')
+
+
+# --- imports: no circle in python/remat, and eager/'s stages import one way ---------------------
+
+PACKAGE = ROOT / "python" / "remat"
+
+
+def module_names() -> dict[str, pathlib.Path]:
+    names = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        names[".".join(parts)] = path
+    return names
+
+
+def _type_checking_only(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def imports_of(name: str, path: pathlib.Path, modules: set[str]) -> set[str]:
+    """The modules of python/remat that `name` imports, anywhere in it (a function-level import
+    closes a circle as surely as a top-level one), except under `if TYPE_CHECKING:`. `from P
+    import x` names P.x when that is a module (the extension `_core` too), else P itself."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found = set()
+    tree = ast.parse(path.read_text())
+    skipped = {id(n) for top in ast.walk(tree) if _type_checking_only(top) for n in ast.walk(top)}
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            source = ".".join(base + ([node.module] if node.module else []))
+            targets = []
+            for alias in node.names:
+                sub = f"{source}.{alias.name}"
+                targets.append(sub if sub in modules or alias.name == "_core" else source)
+        else:
+            continue
+        found |= {t for t in targets if t in modules and t != name}
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = module_names()
+    return {name: imports_of(name, path, set(modules)) for name, path in modules.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circle_in_the_package():
+    found = circles(import_graph())
+    assert not found, "import circles in python/remat:\n" + "\n".join(
+        " <-> ".join(c) for c in found
+    )
+
+
+def test_the_circle_check_finds_a_circle():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+# eager/'s stages, lowest first: a module may import its own stage and those below it.
+STAGES = ["remat.eager.types", "remat.eager.measure", "remat.eager.plan", "remat.eager.run"]
+
+
+def stage_of(name: str) -> int:
+    """The stage of an eager module; the shared helpers at eager/'s top level sit with types."""
+    for rank, stage in reversed(list(enumerate(STAGES))):
+        if name == stage or name.startswith(stage + "."):
+            return rank
+    return 0
+
+
+def test_eager_stages_import_one_way():
+    graph = import_graph()
+    upward = [
+        f"{name} -> {target}"
+        for name, targets in graph.items()
+        if name.startswith("remat.eager.")
+        for target in targets
+        if target.startswith("remat.eager.") and stage_of(target) > stage_of(name)
+    ]
+    assert not upward, "eager/ modules importing a later stage:\n" + "\n".join(sorted(upward))
+
+
+def test_the_core_modules_are_seen():
+    graph = import_graph()
+    assert {"remat.eager.run.auto", "remat.eager.measure.ops", "remat.compiled.solver"} <= set(
+        graph
+    )
+    assert "remat.eager.types" in graph["remat.eager.measure.menu"]
+
+
+# --- size: no source file over 600 lines ---------------------------------------------------------
+
+MAX_LINES = 600
+# C++ files still over the limit (issue 39's C++ split); the list may only shrink.
+OVER_THE_LIMIT = {
+    "src/chain/eager_planner.cpp",
+    "src/chain/profile_planner.cpp",
+    "src/knapsack/exact_core.cpp",
+    "src/knapsack/offset_groups.cpp",
+}
+
+
+def source_files() -> list[pathlib.Path]:
+    files = list((ROOT / "src").rglob("*.cpp")) + list((ROOT / "src").rglob("*.hpp"))
+    files += list((ROOT / "include").rglob("*.hpp")) + list(PACKAGE.rglob("*.py"))
+    return sorted(files + [PACKAGE / "_core.cpp"])
+
+
+def test_no_source_file_over_600_lines():
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in source_files()}
+    over = {path for path, lines in sizes.items() if lines > MAX_LINES}
+    assert over <= OVER_THE_LIMIT, "over 600 lines: " + ", ".join(
+        f"{p} ({sizes[p]})" for p in sorted(over - OVER_THE_LIMIT)
+    )
+    assert OVER_THE_LIMIT <= over, "back under 600 lines, remove from OVER_THE_LIMIT: " + ", ".join(
+        sorted(OVER_THE_LIMIT - over)
+    )

@@ -1,5 +1,6 @@
 """torch.compile to a budget in bytes: predicted step peaks for the partitioner's plans.
 
+- :mod:`.solver`: the knapsack solver torch's partitioner calls, and use(), which installs it;
 - :mod:`.liveness`: the peak of a forward and backward graph pair, by a liveness walk;
 - :mod:`.partition`: a knapsack plan turned into the graphs torch's partitioner would emit;
 - :mod:`.budget`: the candidates (the exact Pareto front's breakpoints) and the choice;

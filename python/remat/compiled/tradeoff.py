@@ -14,11 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
+from torch._functorch import config as functorch_config
 
 from ..units import format_bytes
 from . import survey
 from .budget import Candidate, GraphChoice
 from .measure import measured_peak
+from .solver import use
 
 
 @dataclass(frozen=True)
@@ -111,8 +113,6 @@ def tradeoff(
     Compile what you will train: a later ``use(memory_budget=...)`` warns when it partitions
     another graph than this one (the model compiled without its loss, another output), since
     the curve does not describe that graph."""
-    from ..torch import use  # the adapter owns the solver
-    from torch._functorch import config as functorch_config
 
     say = _progress(verbose)
     torch._dynamo.reset()
@@ -192,8 +192,6 @@ def compile_and_measure(
     cleared after each: the solver (with its choices) and the measured peak. Resets dynamo
     first, since its caches do not see the budget, and compiles past AOTAutograd's cache, whose
     hit would skip the partitioner. BudgetTooSmall propagates."""
-    from ..torch import use  # the adapter owns the solver
-    from torch._functorch import config as functorch_config
 
     torch._dynamo.reset()
     no_cache = functorch_config.patch(enable_autograd_cache=False)

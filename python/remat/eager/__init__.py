@@ -1,4 +1,4 @@
-"""Eager PyTorch: checkpoint a chain of layers to an absolute memory budget.
+"""Eager PyTorch: checkpoint a chain of layers, or a model's blocks, to an absolute memory budget.
 
     import remat.torch
     y = remat.torch.checkpoint_sequential(model.layers, x, memory_budget="2GiB")
@@ -11,22 +11,27 @@ holds more than one layer's activations), plans the least recompute time whose p
 the C++ planner (``remat._core.eager_plan``: nested regions, optimal under its model), and runs
 the plan with non-reentrant ``torch.utils.checkpoint``, RNG state preserved so dropout replays
 identically.
+
+The package is arranged by stage, and imports run one way only: ``run`` (execution, the entry
+points) uses ``plan`` (the planner, tuning candidates), which uses ``measure`` (calls, ops,
+menus, chains, block calls), which uses ``types`` (the data: profiles and plans). The modules
+at this level besides ``types`` (``_runtime``, ``generators``, ``op_facts``, ``mutation``,
+``caches``, ``blocks``, ``policy``, ``table``) are the helpers every stage shares.
 """
 
-from .auto import AutoCheckpoint, auto_checkpoint
 from .blocks import Blocks, find_blocks
-from .execution import Execution
-from .measure import Measurement, measure
-from .planning import Plan, plan, plan_profile, run_plan, tune_plan, uniform_regions
-from .profile import LayerProfile, Profile, profile_layers
-from .sequential import checkpoint_sequential
+from .measure.chain import profile_layers
+from .plan.planner import plan_profile
+from .run.auto import AutoCheckpoint, auto_checkpoint
+from .run.measurement import Measurement, measure
+from .run.sequential import checkpoint_sequential, plan, run_plan
+from .types import LayerProfile, Plan, Profile
 
 __all__ = [
     "AutoCheckpoint",
     "Blocks",
-    "Execution",
-    "Measurement",
     "LayerProfile",
+    "Measurement",
     "Plan",
     "Profile",
     "auto_checkpoint",
@@ -37,6 +42,4 @@ __all__ = [
     "plan_profile",
     "profile_layers",
     "run_plan",
-    "tune_plan",
-    "uniform_regions",
 ]

@@ -96,7 +96,7 @@ def _walk(model: nn.Module, parts: list[str]) -> nn.Module | str:
             return f"blocks: {where} has no member '{part}' (its children: {children})"
         target = target[int(part)] if part.isdigit() else getattr(target, part)
         if not isinstance(target, nn.Module):
-            return f"blocks: model.{'.'.join(parts[:depth + 1])} is not an nn.Module"
+            return f"blocks: model.{'.'.join(parts[: depth + 1])} is not an nn.Module"
     return target
 
 

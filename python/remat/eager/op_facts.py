@@ -1,6 +1,6 @@
 """What an op's schema says about it, read once per op rather than at every dispatch.
 
-Measuring a layer runs every op through a Python dispatch mode (selective._OpRecorder,
+Measuring a layer runs every op through a Python dispatch mode (measure.ops._OpRecorder,
 generators.GeneratorWatch). Reading the schema there (its name, which arguments it writes,
 which take a generator, whether it draws random numbers) cost more than the op itself on a
 small CPU layer; the schema of an op never changes, so it is read on the op's first dispatch.

@@ -14,7 +14,7 @@ from typing import Any
 
 from torch import nn
 
-from ..eager.auto import AutoCheckpoint, auto_checkpoint
+from ..eager.run.auto import AutoCheckpoint, auto_checkpoint
 
 
 def find_blocks(model: nn.Module) -> nn.Module | list[nn.Module]:
@@ -51,6 +51,8 @@ def enable(model: nn.Module, *, memory_budget: int | float | str, **options: Any
         >>> handle = remat.integrations.timm.enable(model, memory_budget="4GiB")
     """
     if "blocks" in options:
-        raise TypeError("enable(): blocks are found from the model; use auto_checkpoint to give them")
+        raise TypeError(
+            "enable(): blocks are found from the model; use auto_checkpoint to give them"
+        )
     _check_not_checkpointed(model)
     return auto_checkpoint(model, memory_budget=memory_budget, blocks=find_blocks(model), **options)

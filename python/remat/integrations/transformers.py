@@ -20,7 +20,7 @@ from typing import Any
 
 from torch import nn
 
-from ..eager.auto import AutoCheckpoint, auto_checkpoint
+from ..eager.run.auto import AutoCheckpoint, auto_checkpoint
 from ._common import outermost
 
 _log = logging.getLogger("remat")
@@ -68,7 +68,9 @@ def enable(model: nn.Module, *, memory_budget: int | float | str, **options: Any
         >>> model(input_ids, labels=input_ids).loss.backward()   # measures, plans, trains
     """
     if "blocks" in options:
-        raise TypeError("enable(): blocks are found from the model; use auto_checkpoint to give them")
+        raise TypeError(
+            "enable(): blocks are found from the model; use auto_checkpoint to give them"
+        )
     _check_not_checkpointed(model)
     layers = find_layers(model)
     handle = auto_checkpoint(model, memory_budget=memory_budget, blocks=layers, **options)

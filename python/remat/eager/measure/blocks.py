@@ -26,10 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .profile import CallMeasurement, LayerProfile, Profile, with_menus
-from .selective import OpProfile
-
-Key = tuple[str, int, int]
+from ..types import Key, LayerProfile, OpProfile, Profile
+from .calls import CallMeasurement
+from .menu import with_menus
 
 
 @dataclass(frozen=True)

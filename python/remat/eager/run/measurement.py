@@ -8,12 +8,11 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
-from ..units import format_bytes, format_seconds
-from ._runtime import _PreservedState, _synchronize, _tensors, clock
+from ...units import format_bytes, format_seconds
+from .._runtime import _PreservedState, _synchronize, _tensors, clock
+from ..blocks import Blocks, find_blocks
+from ..types import Plan, Profile
 from .auto import AutoCheckpoint
-from .blocks import Blocks, find_blocks
-from .planning import Plan
-from .profile import Profile
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 
-from ._runtime import _buffer_entries, _submodules
-from .generators import GeneratorReplay
+from .._runtime import _buffer_entries, _submodules
+from ..generators import GeneratorReplay
 
 
 class BufferLedger:

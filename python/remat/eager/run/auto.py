@@ -17,156 +17,35 @@ than the block's inputs, with a warning the first time.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import sys
 import warnings
-import weakref
-from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from ..saved_memory import excluded_storages, has_fsdp_modules, is_persistent, storage_key
-from ..units import parse_bytes
-from ._runtime import (
-    _PreservedState,
-    _signature,
-    _synchronize,
-    _tensors,
-    clock,
-    in_backward,
-    run_context,
-)
-from .block_plan import RecordedCall, chain_profile
-from .blocks import Blocks, find_blocks
+from ... import _distributed
+from ...units import parse_bytes
+from .._runtime import _PreservedState, _signature, _tensors, clock, in_backward, run_context
+from ..blocks import Blocks, find_blocks
+from ..caches import without_caches
+from ..generators import measuring_now
+from ..measure.ops import ModesCache
+from ..plan.planner import check_planner_options
+from ..types import Plan, Profile
 from .buffers import BufferReplay
-from .caches import without_caches
-from .generators import measuring_now
-from .execution import Execution
-from . import distributed, selective
-from .online_tuning import OnlineTuning
-from .planning import Plan, _check_planner_options, plan, plan_profile, tuning_candidates
-from .profile import Profile, _region_overhead, measure_call
+from .chain_mode import ChainMode
+from .first_step import FirstStep
+from .step import _BlockPlan, _OutsideSaves, _PendingBackward, _Step
+from .tuning import OnlineTuning
 
 _log = logging.getLogger("remat")
 
 
-def _output_keys(value: Any, excluded: set[tuple[str, int, int]]) -> list[Any]:
-    """The storage of each tensor a call returned, in the order of its output structure (None for
-    parameters and buffers): two runs of a call return the same structure, so a position names
-    the same output in both."""
-    return [None if is_persistent(t, excluded) else storage_key(t) for t in _tensors(value)]
-
-
-@dataclass
-class _Step:
-    """One call of the model: which plan it follows, and the block calls made so far."""
-
-    key: Any  # what the step is called with (input signatures and run context)
-    plan_key: Any  # what its plan is kept under: key, or every rank's in a process group
-    plan: Plan | None  # None: this step measures
-    calls: list[RecordedCall] = field(default_factory=list)
-    position: int = 0
-    off_plan: bool = False
-    outside: _OutsideSaves | None = None  # while this step measures
-    # While measuring, the last block's real outputs are held until the next call has read its
-    # inputs, so that no new tensor can take their address (storage keys stay unique).
-    last_outputs: Any = None
-    # Per block call run as a region: its name and its tensor inputs with their versions.
-    region_inputs: list[tuple[str, list[tuple[torch.Tensor, int]]]] = field(default_factory=list)
-    chain_calls: int = 0  # calls of a stock nn.Sequential chain in this step
-    # While measuring: what SAC's modes cost, and the op profiles of each kind of block (see
-    # selective.ModesCache; without its shortcuts under a process group).
-    modes: selective.ModesCache | None = None
-    # While measuring: the storages of the model's parameters and buffers (see _excluded), and
-    # whether the model holds FSDP2 modules.
-    excluded: set[tuple[str, int, int]] | None = None
-    sharded: bool = False
-
-
-class _OutsideSaves:
-    """While the first step measures: the storages that the model's code outside the blocks
-    saves for backward (a final norm saves the last block's output, T5's encoder norm the last
-    encoder block's, a downsampling conv the previous stage's).
-
-    A saved-tensor hook turns autograd's own check that a saved tensor was not changed in place
-    off, so this one makes it: each save keeps the tensor's version and unpacking compares it.
-    It keeps a detached tensor (sharing the version counter), as SavedTensorMeter does: the
-    saved tensor itself would make an output saved by its own node a reference cycle. Under
-    torch.compile's tracing it records nothing and keeps the tensor as it is."""
-
-    def __init__(self, inside_a_block: Callable[[], bool]) -> None:
-        self.keys: set[tuple[str, int, int]] = set()
-        self._inside_a_block = inside_a_block
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
-
-    def _pack(self, tensor: torch.Tensor) -> Any:
-        if torch.compiler.is_compiling():
-            return tensor
-        if not self._inside_a_block():
-            self.keys.add(storage_key(tensor))
-        return tensor.detach(), tensor._version
-
-    @staticmethod
-    def _unpack(packed: Any) -> torch.Tensor:
-        if isinstance(packed, torch.Tensor):
-            return packed
-        tensor, version = packed
-        if tensor._version != version:
-            raise RuntimeError(
-                "one of the variables needed for gradient computation has been modified by an "
-                f"inplace operation: a {tuple(tensor.shape)} tensor is at version "
-                f"{tensor._version}; expected version {version} instead (checked by remat's "
-                "first step, which notes what the model saves outside its blocks)"
-            )
-        return tensor
-
-    def __enter__(self) -> "_OutsideSaves":
-        self._hooks.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._hooks.__exit__(*exc)
-
-
-class _PendingBackward:
-    """Whether the last step's output still awaits its backward: alive, requiring grad, and no
-    gradient has reached it."""
-
-    def __init__(self) -> None:
-        self._outputs: list[weakref.ref[torch.Tensor]] = []
-        self._reached = True
-
-    def watch(self, output: Any) -> None:
-        tensors = [t for t in _tensors(output) if t.requires_grad and t.grad_fn is not None]
-        self._outputs = [weakref.ref(t) for t in tensors]
-        self._reached = not tensors
-        for tensor in tensors:
-            tensor.register_hook(self._on_gradient)
-
-    def _on_gradient(self, grad: torch.Tensor) -> None:
-        self._reached = True
-
-    def waiting(self) -> bool:
-        return not self._reached and any(ref() is not None for ref in self._outputs)
-
-
-@dataclass(frozen=True)
-class _BlockPlan:
-    """A per-block plan: the calls it was made for, and which of them are checkpoint regions."""
-
-    plan: Plan
-    calls: tuple[tuple[Any, Any], ...]  # (module, signature) per call, in order
-    # Call position -> how it runs as a region: None re-runs everything, else the
-    # torch.utils.checkpoint context_fn of its selective (op-level) policy.
-    regions: dict[int, Callable[[], Any] | None]
-
-
-class AutoCheckpoint:
+class AutoCheckpoint(FirstStep, ChainMode):
     """The handle :func:`auto_checkpoint` returns.
 
     Attributes:
@@ -190,7 +69,7 @@ class AutoCheckpoint:
         granularity: str = "op",
         measuring: bool = False,
     ) -> None:
-        distributed.active(plan_group)  # checks its value
+        _distributed.active(plan_group)  # checks its value
         # measure()'s handle: a chain is planned as auto_checkpoint plans it, and its step runs
         # every block as its own region, so it holds one block's activations at a time.
         self._measuring = measuring
@@ -255,7 +134,7 @@ class AutoCheckpoint:
         self._hooks.append(model.register_forward_pre_hook(self._begin_step, with_kwargs=True))
         self._hooks.append(model.register_forward_hook(self._end_step, always_call=True))
 
-    # --- the handle --------------------------------------------------------------------------
+    # --- the handle ---
 
     def remove(self) -> None:
         """Restores the blocks' own forward methods and removes the model's hooks."""
@@ -300,7 +179,7 @@ class AutoCheckpoint:
             self.warnings.append(message)
             warnings.warn(f"remat.auto_checkpoint: {message}", RuntimeWarning, stacklevel=4)
 
-    # --- steps -------------------------------------------------------------------------------
+    # --- steps ---
 
     def _active(self) -> bool:
         # Under torch.compile's tracing the call is a forward one (a block called again in
@@ -332,8 +211,8 @@ class AutoCheckpoint:
         self._step = _Step(key, plan_key, found.plan if found else None)
         if found is None:
             self._step.outside = _OutsideSaves(lambda: self._inside > 0).__enter__()
-            alone = not distributed.active(self.plan_group)
-            self._step.modes = selective.ModesCache(shortcuts=alone)
+            alone = not _distributed.active(self.plan_group)
+            self._step.modes = ModesCache(shortcuts=alone)
         return None
 
     def _plan_key(self, key: Any, known: bool) -> tuple[Any, bool]:
@@ -341,10 +220,10 @@ class AutoCheckpoint:
         Alone, its own key. In a process group, every rank's key, agreed on at each step: each
         rank looks up, measures and plans in the same steps (or one would wait alone in the
         profile's agreement), and all follow the plan made for that combination."""
-        if not distributed.active(self.plan_group):
+        if not _distributed.active(self.plan_group):
             return key, False
         number = self._key_numbers.setdefault(key, len(self._key_numbers))
-        numbers, every_rank_knows = distributed.step_inputs(number, known, self.plan_group)
+        numbers, every_rank_knows = _distributed.step_inputs(number, known, self.plan_group)
         return ("ranks", numbers), every_rank_knows
 
     @torch.compiler.disable  # bookkeeping and planning: never traced
@@ -374,69 +253,7 @@ class AutoCheckpoint:
                 f"step made {step.position}; the missing ones cost nothing"
             )
 
-    def _plan_step(self, step: _Step) -> None:
-        step.last_outputs = None
-        if self._region_overhead is None:
-            self._region_overhead = _region_overhead(torch.zeros(1, device=self._device), 0)
-        held = frozenset(step.outside.keys) if step.outside is not None else frozenset()
-        profile = chain_profile(step.calls, self._region_overhead, held)
-        calls = tuple((c.module, c.signature) for c in step.calls)
-        if distributed.active(self.plan_group):
-            self._profiles[step.key] = (profile, calls)
-        self._make_block_plan(step.plan_key, step.key, profile, calls)
-
-    def _make_block_plan(
-        self,
-        plan_key: Any,
-        key: Any,
-        profile: Profile,
-        calls: tuple[tuple[Any, Any], ...],
-    ) -> _BlockPlan:
-        """The plan of this rank's `calls` from its `profile` (agreed on with the other ranks),
-        kept under `plan_key`."""
-        profile = distributed.agree_on_profile(profile, self.memory_budget, self.plan_group)
-        made = plan_profile(
-            profile,
-            self.memory_budget,
-            slots=self.slots,
-            microbatches_in_flight=self.microbatches_in_flight,
-        )
-        distributed.verify_same_plan((made.regions, made.options), group=self.plan_group)
-        regions = {
-            first: made.context_fn(index, self._warn)
-            for index, (first, _, _) in enumerate(made.regions)
-        }
-        found = _BlockPlan(made, calls, regions)
-        self._block_plans[plan_key] = found
-        self.plans[key] = made
-        self.plan = made
-        self._check_compile_limit(len(calls))
-        return found
-
-    def _check_compile_limit(self, calls: int) -> None:
-        """Blocks compiled one by one share remat's wrapper, which torch.compile traces once per
-        block call (each with its own place in the plan) and keeps at most recompile_limit
-        graphs of: calls past that run eagerly, correct but not compiled."""
-        import torch._dynamo
-
-        limit = getattr(torch._dynamo.config, "recompile_limit", None)
-        blocks = {id(m) for m in self.blocks.modules}
-
-        def compiled_block(m: nn.Module) -> bool:  # torch.compile(block), or block.compile()
-            if isinstance(m, torch._dynamo.eval_frame.OptimizedModule):
-                return id(m._orig_mod) in blocks
-            return id(m) in blocks and getattr(m, "_compiled_call_impl", None) is not None
-
-        compiled = any(compiled_block(m) for m in self.model.modules())
-        if compiled and isinstance(limit, int) and calls > limit:
-            self._warn(
-                f"the blocks are compiled one by one, and the step makes {calls} block calls: "
-                f"torch.compile keeps at most torch._dynamo.config.recompile_limit = {limit} "
-                "graphs of remat's block wrapper (one a call), so the calls past that run "
-                f"eagerly. Raise that limit to at least {calls}, or compile the whole model"
-            )
-
-    # --- one block call ----------------------------------------------------------------------
+    # --- one block call ---
 
     def _block_forward(
         self, module: nn.Module, original: Callable[..., Any], *args: Any, **kwargs: Any
@@ -495,76 +312,6 @@ class AutoCheckpoint:
                 "use_cache=False (model.config.use_cache = False) to silence this"
             )
         return args, kwargs
-
-    # The first step is measured eagerly even when the blocks are under torch.compile: the
-    # profile (and so the plan) is the eager one, and compiled code never sees the recording
-    # dispatch modes and saved-tensor hooks.
-    @torch.compiler.disable
-    def _measure_and_run(
-        self,
-        step: _Step,
-        module: nn.Module,
-        original: Callable[..., Any],
-        signature: Any,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> Any:
-        excluded = self._excluded(step)
-        devices = {t.device for t in _tensors((args, kwargs))}
-        name = self._name(module)
-        modes = step.modes
-        assert modes is not None  # a measuring step
-        kind = modes.kind(module, signature) if self.granularity == "op" else None
-        # At op level, a block of a new kind records its ops in the run that measures it until
-        # the modes' per-op cost is known; later blocks are measured plainly first (see
-        # ModesCache.ops_of). No timing repeat: the region run below is the second sample.
-        record = kind is not None and modes.records(kind)
-        self._inside += 1
-        try:
-            with _PreservedState([module], devices):
-                if record:
-                    measured, ops = selective.measure_with_ops(
-                        original, args, kwargs, excluded, repeats=0, name=name
-                    )
-                else:
-                    measured = measure_call(original, args, kwargs, excluded, repeats=0, name=name)
-                    ops = None
-            measured_outputs = _output_keys(measured.output, excluded)
-            measured = dataclasses.replace(measured, output=None)  # only its keys are needed
-        finally:
-            self._inside -= 1
-        step.last_outputs = None
-        if devices:
-            self._device = next(iter(devices))
-        now = clock()
-        _synchronize((args, kwargs))
-        start = now()
-        out = self._run(module, original, args, kwargs, checkpointed=True)
-        _synchronize(out)
-        seconds = min(measured.forward_seconds, now() - start)
-        measured = dataclasses.replace(measured, forward_seconds=seconds)
-        if kind is not None:
-            self._inside += 1
-            try:
-                with _PreservedState([module], devices):
-                    ops = modes.ops_of(kind, original, args, kwargs, excluded, measured, ops)
-            finally:
-                self._inside -= 1
-        outputs = (measured_outputs, _output_keys(out, excluded))
-        step.calls.append(RecordedCall.of(module, name, signature, measured, outputs, ops))
-        step.last_outputs = out
-        return out
-
-    def _excluded(self, step: _Step) -> set[tuple[str, int, int]]:
-        """The storages of the model's parameters and buffers, read once a step: a walk of the
-        model a block cost a real share of a small block's measuring. Under FSDP2 they are read
-        at every block, whose parameters are gathered into fresh storage for its forward and
-        freed after (a stale key could name an activation allocated there later)."""
-        if step.excluded is None:
-            step.sharded = has_fsdp_modules(self.model)
-        if step.excluded is None or step.sharded:
-            step.excluded = excluded_storages([self.model])
-        return step.excluded
 
     def _run(
         self,
@@ -626,85 +373,6 @@ class AutoCheckpoint:
                 "unless auto_checkpoint got example_inputs="
             )
 
-    # --- a stock nn.Sequential: one chain, nested regions -----------------------------------
-
-    def _chain_forward(self, container: nn.Module, original: Callable[..., Any], input: Any) -> Any:
-        if not self._active() or not _tensors(input):
-            return original(input)
-        if self._step is not None:
-            self._step.chain_calls += 1
-            if self._step.chain_calls == 2:
-                self._warn(
-                    f"{self.blocks.path} was called twice in one step: each call of the chain is "
-                    "planned to the whole budget, so together the calls hold up to that many "
-                    "times the budget. Give auto_checkpoint its blocks as a list "
-                    "(blocks=list(...)): calls of listed blocks are planned together"
-                )
-        functions = [functools.partial(self._plain, block) for block in self.blocks.modules]
-        key = ("chain", _signature(input), self._context())
-        # Every rank plans for a combination of the ranks' keys it has not seen, together.
-        plan_key, _ = self._plan_key(key, False)
-        found = self._chain_plans.get(plan_key)
-        if found is None:
-            online = self.tune and self._tunes_online()
-            self._inside += 1
-            try:
-                found = plan(
-                    functions,
-                    input,
-                    memory_budget=self.memory_budget,
-                    slots=self.slots,
-                    tune=self.tune and not online,
-                    exclude=[self.model],
-                    names=list(self.blocks.names),
-                    microbatches_in_flight=self.microbatches_in_flight,
-                    plan_group=self.plan_group,
-                    granularity=self.granularity,
-                )
-            finally:
-                self._inside -= 1
-            self._chain_plans[plan_key] = found
-            self.plans[key] = found
-            candidates = tuning_candidates(found) if online else {}
-            if len(candidates) > 1:
-                self._tunings[plan_key] = OnlineTuning(candidates)
-        tuning = self._tunings.get(plan_key)
-        if tuning is not None and tuning.done():
-            found = tuning.result()
-            self._chain_plans[plan_key] = self.plans[key] = found
-            del self._tunings[plan_key]
-            tuning = None
-        self.plan = found
-        if self._measuring:
-            self.last_execution = Execution(functions, [(i, i, 0) for i in range(len(functions))])
-            return self.last_execution(input)
-        if tuning is not None and not torch.compiler.is_compiling():
-            label, candidate = tuning.next()
-            self.plan = candidate
-            self.last_execution = Execution(functions, candidate.regions, candidate.contexts())
-            return tuning.run(label, self.last_execution, input, self.blocks.modules[0])
-        self.last_execution = Execution(functions, found.regions, found.contexts())
-        return self.last_execution(input)
-
-    def _tunes_online(self) -> bool:
-        """Whether a chain's plan is tuned on the training steps (see online_tuning) rather than
-        before the first one: alone (ranks would have to agree on every step's timings), one
-        microbatch in flight, not while measuring, and not on FSDP2 layers (whose plans are not
-        tuned at all, see planning.tune_plan)."""
-        return (
-            not self._measuring
-            and self.microbatches_in_flight == 1
-            and not distributed.active(self.plan_group)
-            and not any(has_fsdp_modules(m) for m in self.blocks.modules)
-        )
-
-    def _plain(self, block: nn.Module, h: Any) -> Any:
-        self._inside += 1
-        try:
-            return block(h)
-        finally:
-            self._inside -= 1
-
 
 def auto_checkpoint(
     model: nn.Module,
@@ -734,14 +402,14 @@ def auto_checkpoint(
 
     `granularity="op"` (the default) also considers selective checkpointing of single blocks:
     torch's SAC keeping the outputs of the ops the planner picks (see
-    :mod:`remat.eager.selective`); ``"block"`` plans whole-block regions only.
+    :mod:`remat.eager.measure.ops`); ``"block"`` plans whole-block regions only.
 
     Pipeline parallelism: for a stage whose schedule keeps `microbatches_in_flight` microbatches'
     activations at once (1F1B: up to the number of stages), the budget is the stage's peak over
     all of them. Data parallelism: under an initialized process group every rank of
     `plan_group` (default: all ranks; a ProcessGroup such as one stage's data-parallel replicas;
     "local" for none) plans from one agreed profile, and the plans are checked equal, so FSDP's
-    gathers for re-runs match across ranks (see :mod:`remat.eager.distributed`)."""
+    gathers for re-runs match across ranks (see :mod:`remat._distributed`)."""
     if example_inputs is not None and not isinstance(example_inputs, (tuple, list)):
         raise TypeError(
             "example_inputs: expected a tuple of the model's positional arguments, got "
@@ -753,7 +421,7 @@ def auto_checkpoint(
             f"{type(example_kwargs).__name__}"
         )
     budget = parse_bytes(memory_budget)
-    _check_planner_options(slots, microbatches_in_flight)  # not only at the first step
+    check_planner_options(slots, microbatches_in_flight)  # not only at the first step
     chosen = find_blocks(model, blocks)
     _log.info("auto_checkpoint: blocks %s", chosen.describe())
     if verbose:

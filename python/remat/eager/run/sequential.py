@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 import weakref
 from collections import OrderedDict
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 from torch import nn
 
-from ..units import parse_bytes
-from ._runtime import _modules_of, _signature, run_context
-from . import distributed
-from .planning import Plan, plan, run_plan
-from .profile import Profile
+from ... import _distributed
+from ...units import parse_bytes
+from .._runtime import _modules_of, _signature, _tensors, run_context
+from ..measure.chain import profile_layers
+from ..plan.agree import agree_on_profile
+from ..plan.planner import check_planner_options, plan_profile
+from ..types import Plan, Profile
+from .execution import Execution
+from .tuning import tune_plan
 
 
 class _PlanCache:
@@ -104,15 +110,15 @@ def checkpoint_sequential(
         tuple(id(m) for m in exclude),
         run_context([m for f in functions for m in _modules_of(f)] + exclude),
     )
-    if distributed.active(plan_group):
+    if _distributed.active(plan_group):
         # Ranks may call with other shapes (uneven batches): the plan is kept for the combination
-        # of the ranks' calls (see distributed.step_inputs), and all ranks plan, together, unless
+        # of the ranks' calls (see _distributed.step_inputs), and all ranks plan, together, unless
         # every one has it cached (a rank's cache can lose it alone: calls with
         # plan_group="local" and new function objects fill one rank's cache only).
         number = _numbers.setdefault(key, len(_numbers))
-        key = (key, distributed.step_inputs(number, False, plan_group)[0])
+        key = (key, _distributed.step_inputs(number, False, plan_group)[0])
         found = _plans.get(key, functions)
-        if not distributed.step_inputs(number, found is not None, plan_group)[1]:
+        if not _distributed.step_inputs(number, found is not None, plan_group)[1]:
             found = None
     else:
         found = _plans.get(key, functions)
@@ -130,3 +136,77 @@ def checkpoint_sequential(
         )
         _plans.put(key, functions, found)
     return run_plan(functions, found, input)
+
+
+def plan(
+    functions: Sequence[Callable[[Any], Any]] | nn.Sequential,
+    input: Any,
+    *,
+    memory_budget: int | float | str,
+    profile: Profile | None = None,
+    slots: int | None = None,
+    tune: bool = True,
+    exclude: Iterable[Any] = (),
+    names: Sequence[str] | None = None,
+    microbatches_in_flight: int = 1,
+    plan_group: Any = None,
+    granularity: str = "op",
+) -> Plan:
+    """The plan :func:`checkpoint_sequential` would run, without running it.
+
+    With `tune` (and an input), the planner's plan and every torch-style uniform segmentation
+    whose predicted peak fits are each timed on the real chain (forward + backward, gradients
+    returned rather than accumulated, RNG and BatchNorm statistics restored) and the fastest
+    is kept: the planner's time model is forward time, which the hardware does not always
+    honour (on CPU a re-run just before its backward finds its activations in cache).
+
+    Under an initialized process group, every rank of `plan_group` (default: all) plans from
+    one profile and one set of tuning timings and the plans are checked equal (see
+    :mod:`remat._distributed`); ``plan_group="local"`` plans on this rank alone.
+
+    Raises ``remat.InputError`` (a ValueError) stating the least feasible budget when
+    `memory_budget` is below it."""
+    functions = list(functions)
+    check_planner_options(slots, microbatches_in_flight)  # before profiling, which takes long
+    if profile is None:
+        profile = profile_layers(
+            functions,
+            input,
+            exclude=exclude,
+            names=names,
+            granularity=granularity,
+            alone=not _distributed.active(plan_group),
+        )
+    elif len(profile.layers) != len(functions):
+        raise ValueError(
+            f"profile: has {len(profile.layers)} layers, functions has {len(functions)}"
+        )
+    profile = agree_on_profile(profile, parse_bytes(memory_budget), plan_group)
+    found = plan_profile(
+        profile, memory_budget, slots=slots, microbatches_in_flight=microbatches_in_flight
+    )
+    if tune and input is not None and _tensors(input) and microbatches_in_flight == 1:
+        found = tune_plan(functions, input, found, plan_group=plan_group)
+    _distributed.verify_same_plan((found.regions, found.options), group=plan_group)
+    if input is not None:
+        found = dataclasses.replace(found, input_signature=_signature(input))
+    return found
+
+
+def run_plan(functions: Sequence[Callable[[Any], Any]], plan: Plan, input: Any) -> Any:
+    """Runs `functions` on `input` through `plan`'s checkpoint regions. An input of other
+    shapes or dtypes than the plan was made for runs too, with a warning: what it saves (so the
+    peak) is not what the plan predicted."""
+    functions = list(functions)
+    if len(functions) != len(plan.profile.layers):
+        raise ValueError(
+            f"plan: has {len(plan.profile.layers)} layers, functions has {len(functions)}"
+        )
+    if plan.input_signature is not None and _signature(input) != plan.input_signature:
+        warnings.warn(
+            "remat.run_plan: input: other shapes, dtypes or devices than the plan was made for; "
+            "its saved bytes may exceed the plan's predicted peak (plan again for this input)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return Execution(functions, plan.regions, plan.contexts())(input)

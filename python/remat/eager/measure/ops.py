@@ -35,79 +35,21 @@ times every op (synchronizing the device around it), the least of a few runs.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.checkpoint import (
-    CheckpointPolicy,
-    create_selective_checkpoint_contexts,
-)
+from torch.utils.checkpoint import create_selective_checkpoint_contexts
 
-from .. import _solve
-from ..saved_memory import is_traced, sac_storage, storage_key
-from ._runtime import _detached, _modules_of, _signature, _synchronize, _tensors, clock
-from .generators import note_draws
-from .op_facts import argument, draws_random, facts_of
-from .profile import CallMeasurement, SaveRecorder, measure_call, saves_dropped
-
-Key = tuple[str, int, int]
-
-
-@dataclass(frozen=True)
-class OpRecord:
-    """One op of a layer's forward, in dispatch order (SAC's ignored ops left out)."""
-
-    name: str  # e.g. "aten.mm.default"
-    new_bytes: int  # bytes of the storages it creates that are not the layer's outputs
-    seconds: float
-    cacheable: bool
-    # When not cacheable: random, view or in-place, mutated later, returned, not re-run.
-    why_not: str = ""
-
-
-@dataclass(frozen=True)
-class OpProfile:
-    """A layer's ops, and how its full re-run ends."""
-
-    ops: tuple[OpRecord, ...]
-    last_needed: int  # the last op a re-run dispatches (-1: none): where the last save happens
-    on_cuda: bool = False  # measured with CUDA tensors
-    # On CPU, what running the layer selectively takes besides the ops it re-runs (see
-    # measure_modes): (its forward under SAC's caching mode, a re-run that finds every
-    # cacheable op cached). None on CUDA, where the modes' cost is host time that overlaps the
-    # kernels already queued, and where it could not be measured.
-    modes_seconds: tuple[float, float] | None = None
-    # SAC's modes replayed the layer: a forward under the caching mode, then a re-run under the
-    # cached one, dispatched the profiled ops without a mismatch (see measure_modes). When not
-    # (data-dependent ops; autocast's weight-cast cache hit in one run and missed in another),
-    # the layer gets no selective options: SAC would fail in backward, or diverge from the plan.
-    replays: bool = True
-    # False: SAC's modes would cost this layer more than re-running it whole (judged from the
-    # per-op cost measured on other layers, see ModesCache), so it gets no selective options.
-    worth_it: bool = True
-    dispatched: int = 0  # every op the recorded run dispatched, SAC's ignored ones too
-
-    @property
-    def uncached_floor_seconds(self) -> float:
-        """The ops a re-run dispatches that are never cached (views, random ops, ...)."""
-        return sum(op.seconds for op in self.ops[: self.last_needed + 1] if not op.cacheable)
-
-    @property
-    def rerun_seconds(self) -> float:
-        """A full re-run: every op up to the last needed one."""
-        return sum(op.seconds for op in self.ops[: self.last_needed + 1])
-
-
-@dataclass(frozen=True)
-class MenuEntry:
-    """One way to checkpoint a layer: which ops are cached, what that holds and re-runs."""
-
-    cached: frozenset[int]  # op indices
-    held_bytes: int
-    recompute_seconds: float
+from ...saved_memory import storage_key
+from .._runtime import _detached, _modules_of, _signature, _synchronize, _tensors, clock
+from ..generators import note_draws
+from ..op_facts import argument, draws_random, facts_of
+from ..policy import _Policy
+from ..types import Key, OpProfile, OpRecord
+from .calls import CallMeasurement, SaveRecorder, measure_call, saves_dropped
 
 
 class _OpRecorder(TorchDispatchMode):
@@ -572,161 +514,3 @@ def measure_modes(
         return None
     after = sum(op.seconds for op in profile.ops[profile.last_needed + 1 :])
     return min(caching), max(0.0, min(cached) - after)
-
-
-def entry_of(profile: OpProfile, cached: frozenset[int]) -> MenuEntry:
-    """Caching the ops `cached`: the bytes they create, and the re-run time of the others."""
-    held = sum(profile.ops[i].new_bytes for i in cached)
-    spared = sum(profile.ops[i].seconds for i in cached)
-    return MenuEntry(cached, held, max(0.0, profile.rerun_seconds - spared))
-
-
-def menu(profile: OpProfile, entries: int = 12) -> list[MenuEntry]:
-    """The layer's trade-off curve between cache bytes and re-run time: the exact knapsack's
-    best set at `entries` budgets spread over the cacheable bytes (plus the two ends), each
-    entry on the Pareto front (none holds more and re-runs longer than another)."""
-    items = [i for i, op in enumerate(profile.ops) if op.cacheable and op.seconds > 0]
-    free = frozenset(i for i in items if profile.ops[i].new_bytes == 0)
-    costly = [i for i in items if profile.ops[i].new_bytes > 0]
-    found: dict[frozenset[int], MenuEntry] = {free: entry_of(profile, free)}
-    if costly:
-        weights = [float(profile.ops[i].new_bytes) for i in costly]
-        values = [profile.ops[i].seconds for i in costly]
-        total = sum(weights)
-        budgets = sorted({total * (k + 1) / entries for k in range(entries)} | {total})
-        for budget in budgets:
-            result = _solve.solve(weights, values, budget, scale=1.0)
-            chosen = frozenset(costly[j] for j in result.saved) | free
-            found[chosen] = entry_of(profile, chosen)
-    ordered = sorted(found.values(), key=lambda e: (e.held_bytes, e.recompute_seconds))
-    front: list[MenuEntry] = []
-    for entry in ordered:
-        if not front or entry.recompute_seconds < front[-1].recompute_seconds:
-            front.append(entry)
-    return front
-
-
-def _same_op(name: str) -> str:
-    """torch.compile's tracing dispatches aten.view where eager dispatched aten._unsafe_view
-    (reshape of a fresh tensor); both alias their input and are never cached."""
-    return "aten.view.default" if name == "aten._unsafe_view.default" else name
-
-
-_REALIGN_WITHIN = 8  # profiled ops a traced op may be ahead of its position
-
-
-def _warn(message: str) -> None:
-    warnings.warn(f"remat: {message}", RuntimeWarning, stacklevel=4)
-
-
-class _Policy:
-    """The SAC policy of one menu entry for one forward of its layer: the i-th op (in dispatch
-    order, SAC's ignored ops left out) is saved when i is cached. If the ops seen differ from
-    the profiled ones, everything after the difference is re-computed (always correct) and a
-    warning says so.
-
-    Under torch.compile (the op outputs are tracing's fake tensors) a short stretch may be
-    dispatched otherwise than in eager (CPU dropout traces as native_dropout where eager ran
-    empty_like, bernoulli_, div_, mul). There the policy realigns instead: an op the profile
-    has within the next few positions resumes the plan from it, one it lacks is re-computed;
-    ops of the profile it skips are not kept; a warning says so once."""
-
-    def __init__(
-        self,
-        names: tuple[str, ...],
-        cached: frozenset[int],
-        label: str,
-        warn: Callable[[str], None] | None = None,
-    ) -> None:
-        self.names, self.cached, self.label = names, cached, label
-        self.warn = warn or _warn
-        self.index = 0
-        self.diverged = False
-        self.realigned = False
-        self.kept: list[int] = []  # profile positions kept, in order
-        self.cached_storages: set[Key] = set()
-
-    def __call__(self, ctx: Any, func: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
-        if self.diverged:
-            return CheckpointPolicy.PREFER_RECOMPUTE
-        name = _same_op(str(func))
-        index = self.index
-        if index < len(self.names) and _same_op(self.names[index]) == name:
-            self.index += 1
-        elif any(is_traced(t) for t in _tensors(ctx.op_output)):
-            ahead = range(index + 1, min(len(self.names), index + 1 + _REALIGN_WITHIN))
-            found = next((k for k in ahead if _same_op(self.names[k]) == name), None)
-            if not self.realigned:
-                self.realigned = True
-                self.warn(
-                    f"{self.label} traced op {func} at position {index}, where eager ran "
-                    f"{self.names[index] if index < len(self.names) else 'none'}; the policy "
-                    "realigns on the ops that follow (the differing ones are re-computed)"
-                )
-            if found is None:
-                return CheckpointPolicy.PREFER_RECOMPUTE
-            index, self.index = found, found + 1
-        else:
-            self.diverged = True
-            self.warn(
-                f"{self.label} ran op {func} at position {index}, not the profiled "
-                f"{self.names[index] if index < len(self.names) else 'end'}; its remaining ops "
-                "are re-computed"
-            )
-            return CheckpointPolicy.PREFER_RECOMPUTE
-        if index not in self.cached:
-            return CheckpointPolicy.PREFER_RECOMPUTE
-        self.kept.append(index)
-        self.cached_storages |= {
-            storage_key(t) for t in _tensors(ctx.op_output) if not is_traced(t)
-        }
-        return CheckpointPolicy.MUST_SAVE
-
-
-def context_fn(
-    profile: OpProfile,
-    entry: MenuEntry,
-    label: str,
-    warn: Callable[[str], None] | None = None,
-) -> Callable[[], Any]:
-    """What torch.utils.checkpoint's `context_fn` takes for this menu entry. `warn` gets what
-    goes off the plan (a RuntimeWarning when not given)."""
-    names = tuple(op.name for op in profile.ops)
-
-    def contexts() -> Any:
-        policy = _Policy(names, entry.cached, label, warn)
-        try:  # torch's own modes on a cache that SavedTensorMeter can count
-            from torch.utils.checkpoint import _CachedTorchDispatchMode, _CachingTorchDispatchMode
-        except ImportError:
-            return create_selective_checkpoint_contexts(policy)
-        storage = sac_storage()
-        return (
-            _CachingTorchDispatchMode(policy, storage),
-            _CachedTorchDispatchMode(None, storage, False),
-        )
-
-    return contexts
-
-
-def describe(profile: OpProfile, entry: MenuEntry) -> str:
-    """Which ops an entry keeps, for a plan's table: 'keeps 4 of 31 ops: aten.mm x3, ...'."""
-    kept = [profile.ops[i].name.replace(".default", "") for i in sorted(entry.cached)]
-    counts: dict[str, int] = {}
-    for name in kept:
-        counts[name] = counts.get(name, 0) + 1
-    listed = ", ".join(f"{n} x{c}" if c > 1 else n for n, c in counts.items())
-    return f"keeps {len(kept)} of {len(profile.ops)} ops" + (f": {listed}" if listed else "")
-
-
-__all__ = [
-    "MenuEntry",
-    "ModesCache",
-    "OpProfile",
-    "OpRecord",
-    "context_fn",
-    "describe",
-    "entry_of",
-    "measure_with_ops",
-    "menu",
-    "profile_ops",
-]

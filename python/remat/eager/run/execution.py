@@ -9,7 +9,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from ._runtime import _modules_of, _synchronize, clock
+from .._runtime import _modules_of, _synchronize, clock
 from .buffers import BufferReplay
 
 
@@ -28,7 +28,7 @@ class Execution:
         self.regions = [(first, last) for first, last, _ in regions]
         self.inside: dict[int, list[int]] = {-1: []}  # region -> regions directly inside it
         stack: list[int] = []
-        for index, (first, last) in sorted(
+        for index, (first, _last) in sorted(
             enumerate(self.regions), key=lambda r: (r[1][0], -r[1][1])
         ):
             while stack and self.regions[stack[-1]][1] < first:

@@ -1,0 +1,285 @@
+"""torch.compile's memory-budget knapsack through remat: the solver torch's partitioner calls, and
+use(), which installs it.
+
+torch calls a custom solver as ``solver(memory, joint_graph, max_memory, node_info,
+all_recomputable_banned_nodes)`` and does not pass the runtimes; the solver computes them with
+torch's own ``estimate_runtime`` (which honours ``activation_memory_budget_runtime_estimator``),
+the same function torch uses to build the runtimes it gives its built-in solvers. With a byte
+budget it picks, per graph, the least-recompute plan whose predicted step peak fits
+(budget.choose).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import statistics
+import warnings
+from typing import Any, Iterator
+
+import torch
+import torch._functorch.config as functorch_config
+from torch._functorch import partitioners
+
+from .. import __version__, _distributed
+from .._solve import SOLVERS, Result, solve
+from .._validate import number
+from ..units import parse_bytes
+from . import survey as _survey
+from .budget import (
+    BudgetTooSmall,
+    GraphChoice,
+    candidate_sizes,
+    choose,
+    front_plans,
+    knapsack_answer,
+)
+from .guard import ROUTE_TO_SOLVER, guarded_choice, unguarded
+from .partition import Partitioner, require_partitioner_internals
+
+try:
+    from torch._inductor.custom_graph_pass import CustomKnapsackSolver
+except ImportError:  # torch < 2.11: eager checkpointing only
+    CustomKnapsackSolver = None
+
+#: The first torch whose partitioner takes a CustomKnapsackSolver (pytorch/pytorch#171601).
+COMPILE_MIN_TORCH = "2.11"
+
+
+def _require_custom_knapsack_solver() -> None:
+    if CustomKnapsackSolver is None:
+        raise RuntimeError(
+            f"remat.torch.use() needs torch >= {COMPILE_MIN_TORCH}, the first with "
+            "torch._inductor.custom_graph_pass.CustomKnapsackSolver, through which torch.compile's "
+            f"partitioner takes another knapsack solver; this is torch {torch.__version__}. "
+            "Eager checkpointing (auto_checkpoint, checkpoint_sequential, plan) works on it."
+        )
+
+
+class _torch_dispatch_enabled:
+    """Undoes torch.utils._mode_utils.no_dispatch inside the block.
+
+    torch estimates runtimes before it enters no_dispatch, but calls a custom solver inside it,
+    where FlopCounterMode would count nothing (every runtime would read 1). no_dispatch excludes
+    the Python dispatch keys from thread-local state; this restores them, then puts back exactly
+    what it found."""
+
+    _KEYS = (torch._C.DispatchKey.Python, torch._C.DispatchKey.PythonTLSSnapshot)
+
+    def __enter__(self) -> None:
+        self._saved = [torch._C._dispatch_tls_is_dispatch_key_excluded(k) for k in self._KEYS]
+        for key in self._KEYS:
+            torch._C._dispatch_tls_set_dispatch_key_excluded(key, False)
+
+    def __exit__(self, *exc: object) -> None:
+        for key, excluded in zip(self._KEYS, self._saved):
+            torch._C._dispatch_tls_set_dispatch_key_excluded(key, excluded)
+
+
+@contextlib.contextmanager
+def _outside_tracing() -> Iterator[None]:
+    """Real tensors for a collective called from inside the partitioner (fake tensor mode and
+    dispatch modes are active there; the Python dispatcher is too, which the collectives turn off
+    themselves: remat._distributed)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with unset_fake_temporarily(), _disable_current_modes():
+        yield
+
+
+def node_runtimes(nodes: list[Any]) -> list[float]:
+    """Runtimes of candidate nodes exactly as torch's partitioner estimates them (its own
+    estimate_runtime, under the configured activation_memory_budget_runtime_estimator)."""
+    with _torch_dispatch_enabled():
+        return [float(partitioners.estimate_runtime(node)) for node in nodes]
+
+
+class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
+    """A CustomKnapsackSolver backed by remat; its uuid() keeps the AOTAutograd cache working."""
+
+    def __init__(
+        self,
+        solver: str = "exact",
+        *,
+        time_limit: float | None = None,
+        memory_budget: int | float | str | None = None,
+        max_candidates: int = 33,
+    ) -> None:
+        _require_custom_knapsack_solver()
+        if solver not in SOLVERS:
+            raise ValueError(
+                f"solver: unknown solver '{solver}' (expected one of {', '.join(SOLVERS)})"
+            )
+        if isinstance(max_candidates, bool) or not isinstance(max_candidates, int):
+            raise TypeError("max_candidates: expected an int >= 2")
+        if max_candidates < 2:
+            raise ValueError(f"max_candidates: expected an int >= 2, got {max_candidates}")
+        if time_limit is not None:
+            # Checked here, not first when a graph compiles (inside BackendCompilerFailed).
+            time_limit = number(time_limit, "time_limit")
+            if not time_limit > 0:
+                raise ValueError(
+                    f"time_limit: must be a positive number of seconds, got {time_limit!r}"
+                )
+        self.solver = solver
+        self.time_limit = time_limit
+        self.memory_budget = None if memory_budget is None else parse_bytes(memory_budget)
+        if memory_budget is not None:
+            require_partitioner_internals()
+        self.max_candidates = max_candidates
+        self.survey = False  # tradeoff(): predict every candidate, keep everything
+        # Rule plans out by a lower bound on their peak before splitting the graph (see
+        # compiled.choose); off only to check that the choice is the same without it.
+        self.bound_plans = True
+        self.last_result: Result | None = None
+        self.last_runtimes: list[float] | None = None
+        self.choices: list[GraphChoice] = []  # one per graph, byte budgets only
+        self._warned_keys: set[Any] = set()  # graphs said to differ from the survey
+
+    def __call__(
+        self,
+        memory: list[float],
+        joint_graph: Any,
+        max_memory: float,
+        node_info: Any,
+        all_recomputable_banned_nodes: list[Any],
+    ) -> tuple[list[int], list[int]]:
+        nodes = all_recomputable_banned_nodes
+        runtimes = node_runtimes(nodes)
+        if _distributed.active():
+            # torch's default estimator counts flops, the same on every rank for the same shapes;
+            # a measuring one ("profile", a custom one) is not, and with dynamic shapes each rank
+            # counts at its own sizes. Every rank solves with the median runtimes, and the plans
+            # are checked equal: under FSDP a different plan is a different set of collectives.
+            with _outside_tracing():
+                gathered = _distributed.all_gather(runtimes, "torch.compile's knapsack runtimes")
+            if len({len(r) for r in gathered}) == 1:
+                runtimes = [statistics.median(values) for values in zip(*gathered)]
+        self.last_runtimes = runtimes
+        if self.memory_budget is None and not self.survey:
+            result = solve(
+                memory, runtimes, max_memory, solver=self.solver, time_limit=self.time_limit
+            )
+            self.last_result = result
+            saved, recomputed = list(result.saved), list(result.recomputed)
+        else:
+            saved, recomputed = self._within_bytes(memory, runtimes, joint_graph, node_info, nodes)
+        if _distributed.active():
+            with _outside_tracing():
+                _distributed.verify_same_plan([saved], what="torch.compile knapsack plan")
+        return saved, recomputed
+
+    def _within_bytes(
+        self,
+        memory: list[float],
+        runtimes: list[float],
+        joint_graph: Any,
+        node_info: Any,
+        nodes: list[Any],
+    ) -> tuple[list[int], list[int]]:
+        """The least-recompute plan whose predicted step peak fits memory_budget
+        (remat.compiled.budget); when surveying, every candidate predicted and all kept."""
+        partitioner = Partitioner(joint_graph, node_info)
+        sizes = candidate_sizes(nodes)
+        plans = front_plans(sizes, runtimes, self.max_candidates)
+        key = _survey.graph_key(len(joint_graph.nodes), partitioner.num_fwd_outputs, sizes)
+        try:
+            choice = choose(
+                plans,
+                lambda recomputed, budget: partitioner.predict(
+                    [nodes[i] for i in recomputed], budget if self.bound_plans else None
+                ),
+                None if self.survey else self.memory_budget,
+            )
+        except BudgetTooSmall as error:
+            note = _survey.mismatch(key, error.least_peak)
+            if note:
+                error.args = (f"{error.args[0]} Note: {note}.",)
+            raise
+        choice.graph_key = key
+        choice.step_seconds = dict(partitioner.seconds)
+        note = None if self.survey else _survey.mismatch(key)
+        if note and key not in self._warned_keys:
+            self._warned_keys.add(key)
+            warnings.warn(f"remat.torch.use(memory_budget=...): {note}", stacklevel=2)
+        if choice.chosen is not None:
+            recomputed = set(choice.chosen.recomputed)
+            choice.ratio = sum(m for i, m in enumerate(memory) if i not in recomputed)
+        self.choices.append(choice)
+        if len(self.choices) == 2 and not self.survey:
+            warnings.warn(
+                "remat.torch.use(memory_budget=...): a second graph was partitioned (a graph "
+                "break, DDP's bucketing, or a recompile); the budget holds for each graph on its "
+                "own, and graphs that run in the same step add up",
+                stacklevel=2,
+            )
+        if self.survey:
+            return list(range(len(nodes))), []
+        return knapsack_answer(choice, len(nodes))
+
+    def uuid(self) -> str:
+        key = (
+            f"remat-{__version__}-{self.solver}-{self.time_limit}-{self.memory_budget}"
+            f"-{self.max_candidates}-{self.survey}"
+        )
+        return hashlib.sha256(key.encode()).hexdigest()
+
+
+class use:
+    """Makes torch.compile's memory-budget partitioner use remat; restores what it changed
+    when used as a context manager (a plain call leaves remat in place).
+
+    ``use()`` / ``use("exact")``: torch's ratio budget (``activation_memory_budget``), solved
+    exactly. ``use(memory_budget="6GiB")`` (or bytes): each compiled graph gets the
+    least-recompute plan whose predicted peak fits, the peak of everything its forward and
+    backward allocate (activations, recomputed tensors, the backward's working set and the
+    gradients it returns; not parameters, inputs or optimizer state). It routes every graph to
+    remat by setting ``activation_memory_budget`` just above 0, and raises
+    :class:`BudgetTooSmall` at compile time, naming the least predicted peak, when nothing fits.
+    The budget holds for each compiled graph on its own: with a graph break, their sum can
+    exceed it (a warning says so). ``max_candidates`` caps the plans predicted per graph.
+    """
+
+    def __init__(
+        self,
+        solver: str = "exact",
+        *,
+        time_limit: float | None = None,
+        memory_budget: int | float | str | None = None,
+        max_candidates: int = 33,
+    ) -> None:
+        self.knapsack_solver = RematKnapsackSolver(
+            solver,
+            time_limit=time_limit,
+            memory_budget=memory_budget,
+            max_candidates=max_candidates,
+        )
+        self._previous = (
+            functorch_config.activation_memory_budget_solver,
+            functorch_config.activation_memory_budget,
+            partitioners.choose_saved_values_set,
+        )
+        functorch_config.activation_memory_budget_solver = self.knapsack_solver
+        # An earlier plain use(memory_budget=...) left its guard and routing ratio in place;
+        # this one replaces them rather than stacking on them.
+        torch_choice, ratio = unguarded(partitioners.choose_saved_values_set)
+        if ratio is not None:
+            functorch_config.activation_memory_budget = ratio
+        if self.knapsack_solver.memory_budget is not None:
+            partitioners.choose_saved_values_set = guarded_choice(
+                torch_choice, self.knapsack_solver, functorch_config.activation_memory_budget
+            )
+            functorch_config.activation_memory_budget = ROUTE_TO_SOLVER
+        else:
+            partitioners.choose_saved_values_set = torch_choice
+
+    def __enter__(self) -> RematKnapsackSolver:
+        return self.knapsack_solver
+
+    def __exit__(self, *exc: object) -> None:
+        (
+            functorch_config.activation_memory_budget_solver,
+            functorch_config.activation_memory_budget,
+            partitioners.choose_saved_values_set,
+        ) = self._previous

@@ -1,0 +1,166 @@
+"""One call of a layer, measured: the storages autograd saves inside it, its outputs, its time.
+
+The call runs on detached copies of its inputs, so measuring holds one call's activations at a
+time; saved tensors are noted and dropped, never back-propagated.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from ...saved_memory import is_persistent, storage_key
+from .._runtime import _detached, _modules_of, _storage_bytes, _synchronize, _tensors, clock
+from ..generators import GeneratorWatch
+from ..mutation import argument_states, check_unchanged
+
+
+class _NotKept:
+    """What measuring stores in place of a saved tensor. Keeping the tensor itself would make a
+    cycle (an output saved by its own grad_fn) that is never freed: measuring leaked one layer's
+    activations per layer that way. Measured graphs are never back-propagated."""
+
+    __slots__ = ()
+
+
+def _never_unpacked(_: Any) -> torch.Tensor:
+    raise RuntimeError("remat: a graph built while measuring was back-propagated")
+
+
+def _not_kept(_: torch.Tensor) -> _NotKept:
+    return _NotKept()
+
+
+def saves_dropped() -> Any:
+    """Saved-tensor hooks for a timing run that is never back-propagated: autograd still
+    records the graph (whose cost is part of the forward's time) but keeps none of the tensors
+    it saves, which would otherwise outlive the run in a cycle (see _NotKept)."""
+    return torch.autograd.graph.saved_tensors_hooks(_not_kept, _never_unpacked)
+
+
+class SaveRecorder:
+    """While active, records the storages autograd saves (activations: not those in `excluded`,
+    nor parameters), calling `on_save` at every save. The measured graph is never
+    back-propagated; saved tensors are held until the block ends, as they would be for backward:
+    freed earlier, their memory could be reused and two of them share one storage key. They are
+    let go on exit: the hooks live in the graph and reach this object, a reference cycle through
+    C++ that Python's collector cannot see."""
+
+    def __init__(
+        self, excluded: set[tuple[str, int, int]], on_save: Callable[[], None] | None = None
+    ) -> None:
+        self.keys: set[tuple[str, int, int]] = set()
+        self._excluded = excluded
+        self._on_save = on_save
+        self._alive: list[torch.Tensor] = []
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _never_unpacked)
+
+    def _pack(self, tensor: torch.Tensor) -> Any:
+        if self._on_save is not None:
+            self._on_save()
+        if not is_persistent(tensor, self._excluded):
+            self.keys.add(storage_key(tensor))
+            self._alive.append(tensor)
+        return _NotKept()
+
+    def __enter__(self) -> "SaveRecorder":
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._hooks.__exit__(*exc)
+        self._alive.clear()
+
+
+@dataclass(frozen=True)
+class CallMeasurement:
+    """One call of a layer, measured: storages of its tensor inputs, of what autograd saved inside
+    it and of its outputs (activations only), and its forward time with autograd recording."""
+
+    input_keys: frozenset[tuple[str, int, int]]
+    saved_keys: frozenset[tuple[str, int, int]]
+    output_keys: frozenset[tuple[str, int, int]]
+    forward_seconds: float
+    output: Any  # the outputs, detached
+    dispatched: int = 0  # ops its first run dispatched
+
+
+def _changes_its_input(function: Callable[..., Any]) -> ValueError:
+    return ValueError(
+        f"remat: {layer_name(function)} changes an input in place (as x.mul_(0.5) or x += ...): a "
+        "checkpoint region re-runs a layer from its inputs as they were, so it cannot hold this "
+        "layer, and measuring (which runs it more than once) would change the input again. "
+        "Write the change out of place (x = x * 0.5), or leave this layer out of the blocks"
+    )
+
+
+def measure_call(
+    function: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    excluded: set[tuple[str, int, int]],
+    repeats: int = 1,
+    name: str | None = None,
+    recorder: Any = None,
+) -> CallMeasurement:
+    """Runs `function(*args, **kwargs)` on detached copies of its inputs: once recording which
+    storages autograd saves (timed too), then `repeats` more times, timed. The forward time is
+    the least of the runs. Holds one call's activations at a time. Raises ChangesItsArgument
+    (naming the layer `name`) after the first run when it changed a Python argument, before a
+    repeat would change it again. `recorder`: a dispatch mode that watches the first run in
+    place of GeneratorWatch, noting the generators ops draw from itself; its note_save() is
+    called at every save (ops.measure_with_ops records the ops in the same run)."""
+    args, kwargs = _detached(args), _detached(kwargs)
+    states = argument_states(args, kwargs)
+    versions = [(t, t._version) for t in _tensors((args, kwargs))]
+
+    def activations(value: Any) -> frozenset[tuple[str, int, int]]:
+        keys, _ = _storage_bytes([t for t in _tensors(value) if not is_persistent(t, excluded)])
+        return frozenset(keys)
+
+    seconds = []
+    now = clock()
+    _synchronize((args, kwargs))
+    start = now()
+    # The first run also learns which generators of the model's own the call draws from (the
+    # watch's per-op cost is left out of the time: the least of the runs counts).
+    try:
+        watch = GeneratorWatch(_modules_of(function)) if recorder is None else recorder
+        on_save = None if recorder is None else recorder.note_save
+        with torch.enable_grad(), SaveRecorder(excluded, on_save) as saved, watch:
+            out = function(*args, **kwargs)
+    except RuntimeError as error:  # measured inputs are leaves: autograd refuses in-place ops
+        if "leaf Variable that requires grad" in str(error):
+            raise _changes_its_input(function) from error
+        raise
+    if any(t._version != v for t, v in versions):
+        raise _changes_its_input(function)
+    check_unchanged(name or layer_name(function), states, argument_states(args, kwargs))
+    _synchronize(out)
+    seconds.append(now() - start)
+    input_keys, output_keys = activations((args, kwargs)), activations(out)
+    out = _detached(out)
+    for _ in range(repeats):
+        start = now()
+        with torch.enable_grad():
+            again = function(*args, **kwargs)
+        _synchronize(again)
+        seconds.append(now() - start)
+        del again
+    return CallMeasurement(
+        input_keys, frozenset(saved.keys), output_keys, min(seconds), out, watch.dispatched
+    )
+
+
+def layer_name(function: Callable[..., Any]) -> str:
+    """The layer's name in a plan's table: its module's class where there is one (also inside
+    a functools.partial, as auto_checkpoint wraps blocks), else the function's name."""
+    modules = _modules_of(function)
+    if modules:
+        return type(modules[0]).__name__
+    if isinstance(function, functools.partial):
+        return layer_name(function.func)
+    return getattr(function, "__name__", type(function).__name__)

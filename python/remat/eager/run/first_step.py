@@ -1,0 +1,160 @@
+"""auto_checkpoint's first step for a new input signature: each block call measured on its own,
+then run as a checkpoint region; at the end of the forward, the plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from ... import _distributed
+from ...saved_memory import excluded_storages, has_fsdp_modules
+from .._runtime import _PreservedState, _synchronize, _tensors, clock
+from ..measure.blocks import RecordedCall, chain_profile
+from ..measure.calls import measure_call
+from ..measure.chain import _region_overhead
+from ..measure.ops import measure_with_ops
+from ..plan.agree import agree_on_profile
+from ..plan.planner import plan_profile
+from ..types import Profile
+from .step import _BlockPlan, _output_keys, _Step
+
+
+class FirstStep:
+    """AutoCheckpoint's part that measures a step and plans from it (see auto.py for the state
+    it shares)."""
+
+    # The first step is measured eagerly even when the blocks are under torch.compile: the
+    # profile (and so the plan) is the eager one, and compiled code never sees the recording
+    # dispatch modes and saved-tensor hooks.
+    @torch.compiler.disable
+    def _measure_and_run(
+        self,
+        step: _Step,
+        module: nn.Module,
+        original: Callable[..., Any],
+        signature: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        excluded = self._excluded(step)
+        devices = {t.device for t in _tensors((args, kwargs))}
+        name = self._name(module)
+        modes = step.modes
+        assert modes is not None  # a measuring step
+        kind = modes.kind(module, signature) if self.granularity == "op" else None
+        # At op level, a block of a new kind records its ops in the run that measures it until
+        # the modes' per-op cost is known; later blocks are measured plainly first (see
+        # ModesCache.ops_of). No timing repeat: the region run below is the second sample.
+        record = kind is not None and modes.records(kind)
+        self._inside += 1
+        try:
+            with _PreservedState([module], devices):
+                if record:
+                    measured, ops = measure_with_ops(
+                        original, args, kwargs, excluded, repeats=0, name=name
+                    )
+                else:
+                    measured = measure_call(original, args, kwargs, excluded, repeats=0, name=name)
+                    ops = None
+            measured_outputs = _output_keys(measured.output, excluded)
+            measured = dataclasses.replace(measured, output=None)  # only its keys are needed
+        finally:
+            self._inside -= 1
+        step.last_outputs = None
+        if devices:
+            self._device = next(iter(devices))
+        now = clock()
+        _synchronize((args, kwargs))
+        start = now()
+        out = self._run(module, original, args, kwargs, checkpointed=True)
+        _synchronize(out)
+        seconds = min(measured.forward_seconds, now() - start)
+        measured = dataclasses.replace(measured, forward_seconds=seconds)
+        if kind is not None:
+            self._inside += 1
+            try:
+                with _PreservedState([module], devices):
+                    ops = modes.ops_of(kind, original, args, kwargs, excluded, measured, ops)
+            finally:
+                self._inside -= 1
+        outputs = (measured_outputs, _output_keys(out, excluded))
+        step.calls.append(RecordedCall.of(module, name, signature, measured, outputs, ops))
+        step.last_outputs = out
+        return out
+
+    def _excluded(self, step: _Step) -> set[tuple[str, int, int]]:
+        """The storages of the model's parameters and buffers, read once a step: a walk of the
+        model a block cost a real share of a small block's measuring. Under FSDP2 they are read
+        at every block, whose parameters are gathered into fresh storage for its forward and
+        freed after (a stale key could name an activation allocated there later)."""
+        if step.excluded is None:
+            step.sharded = has_fsdp_modules(self.model)
+        if step.excluded is None or step.sharded:
+            step.excluded = excluded_storages([self.model])
+        return step.excluded
+
+    def _plan_step(self, step: _Step) -> None:
+        step.last_outputs = None
+        if self._region_overhead is None:
+            self._region_overhead = _region_overhead(torch.zeros(1, device=self._device), 0)
+        held = frozenset(step.outside.keys) if step.outside is not None else frozenset()
+        profile = chain_profile(step.calls, self._region_overhead, held)
+        calls = tuple((c.module, c.signature) for c in step.calls)
+        if _distributed.active(self.plan_group):
+            self._profiles[step.key] = (profile, calls)
+        self._make_block_plan(step.plan_key, step.key, profile, calls)
+
+    def _make_block_plan(
+        self,
+        plan_key: Any,
+        key: Any,
+        profile: Profile,
+        calls: tuple[tuple[Any, Any], ...],
+    ) -> _BlockPlan:
+        """The plan of this rank's `calls` from its `profile` (agreed on with the other ranks),
+        kept under `plan_key`."""
+        profile = agree_on_profile(profile, self.memory_budget, self.plan_group)
+        made = plan_profile(
+            profile,
+            self.memory_budget,
+            slots=self.slots,
+            microbatches_in_flight=self.microbatches_in_flight,
+        )
+        _distributed.verify_same_plan((made.regions, made.options), group=self.plan_group)
+        regions = {
+            first: made.context_fn(index, self._warn)
+            for index, (first, _, _) in enumerate(made.regions)
+        }
+        found = _BlockPlan(made, calls, regions)
+        self._block_plans[plan_key] = found
+        self.plans[key] = made
+        self.plan = made
+        self._check_compile_limit(len(calls))
+        return found
+
+    def _check_compile_limit(self, calls: int) -> None:
+        """Blocks compiled one by one share remat's wrapper, which torch.compile traces once per
+        block call (each with its own place in the plan) and keeps at most recompile_limit
+        graphs of: calls past that run eagerly, correct but not compiled."""
+        import torch._dynamo
+
+        limit = getattr(torch._dynamo.config, "recompile_limit", None)
+        blocks = {id(m) for m in self.blocks.modules}
+
+        def compiled_block(m: nn.Module) -> bool:  # torch.compile(block), or block.compile()
+            if isinstance(m, torch._dynamo.eval_frame.OptimizedModule):
+                return id(m._orig_mod) in blocks
+            return id(m) in blocks and getattr(m, "_compiled_call_impl", None) is not None
+
+        compiled = any(compiled_block(m) for m in self.model.modules())
+        if compiled and isinstance(limit, int) and calls > limit:
+            self._warn(
+                f"the blocks are compiled one by one, and the step makes {calls} block calls: "
+                f"torch.compile keeps at most torch._dynamo.config.recompile_limit = {limit} "
+                "graphs of remat's block wrapper (one a call), so the calls past that run "
+                f"eagerly. Raise that limit to at least {calls}, or compile the whole model"
+            )

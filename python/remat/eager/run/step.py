@@ -1,0 +1,128 @@
+"""What auto_checkpoint keeps about a step: the step under way, what the model's own code saves
+while the first step measures, whether the last step awaits its backward, and a per-block plan.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from ...saved_memory import is_persistent, storage_key
+from .._runtime import _tensors
+from ..measure.blocks import RecordedCall
+from ..measure.ops import ModesCache
+from ..types import Plan
+
+
+def _output_keys(value: Any, excluded: set[tuple[str, int, int]]) -> list[Any]:
+    """The storage of each tensor a call returned, in the order of its output structure (None for
+    parameters and buffers): two runs of a call return the same structure, so a position names
+    the same output in both."""
+    return [None if is_persistent(t, excluded) else storage_key(t) for t in _tensors(value)]
+
+
+@dataclass
+class _Step:
+    """One call of the model: which plan it follows, and the block calls made so far."""
+
+    key: Any  # what the step is called with (input signatures and run context)
+    plan_key: Any  # what its plan is kept under: key, or every rank's in a process group
+    plan: Plan | None  # None: this step measures
+    calls: list[RecordedCall] = field(default_factory=list)
+    position: int = 0
+    off_plan: bool = False
+    outside: _OutsideSaves | None = None  # while this step measures
+    # While measuring, the last block's real outputs are held until the next call has read its
+    # inputs, so that no new tensor can take their address (storage keys stay unique).
+    last_outputs: Any = None
+    # Per block call run as a region: its name and its tensor inputs with their versions.
+    region_inputs: list[tuple[str, list[tuple[torch.Tensor, int]]]] = field(default_factory=list)
+    chain_calls: int = 0  # calls of a stock nn.Sequential chain in this step
+    # While measuring: what SAC's modes cost, and the op profiles of each kind of block (see
+    # ModesCache; without its shortcuts under a process group).
+    modes: ModesCache | None = None
+    # While measuring: the storages of the model's parameters and buffers (see _excluded), and
+    # whether the model holds FSDP2 modules.
+    excluded: set[tuple[str, int, int]] | None = None
+    sharded: bool = False
+
+
+class _OutsideSaves:
+    """While the first step measures: the storages that the model's code outside the blocks
+    saves for backward (a final norm saves the last block's output, T5's encoder norm the last
+    encoder block's, a downsampling conv the previous stage's).
+
+    A saved-tensor hook turns autograd's own check that a saved tensor was not changed in place
+    off, so this one makes it: each save keeps the tensor's version and unpacking compares it.
+    It keeps a detached tensor (sharing the version counter), as SavedTensorMeter does: the
+    saved tensor itself would make an output saved by its own node a reference cycle. Under
+    torch.compile's tracing it records nothing and keeps the tensor as it is."""
+
+    def __init__(self, inside_a_block: Callable[[], bool]) -> None:
+        self.keys: set[tuple[str, int, int]] = set()
+        self._inside_a_block = inside_a_block
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+    def _pack(self, tensor: torch.Tensor) -> Any:
+        if torch.compiler.is_compiling():
+            return tensor
+        if not self._inside_a_block():
+            self.keys.add(storage_key(tensor))
+        return tensor.detach(), tensor._version
+
+    @staticmethod
+    def _unpack(packed: Any) -> torch.Tensor:
+        if isinstance(packed, torch.Tensor):
+            return packed
+        tensor, version = packed
+        if tensor._version != version:
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by an "
+                f"inplace operation: a {tuple(tensor.shape)} tensor is at version "
+                f"{tensor._version}; expected version {version} instead (checked by remat's "
+                "first step, which notes what the model saves outside its blocks)"
+            )
+        return tensor
+
+    def __enter__(self) -> "_OutsideSaves":
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._hooks.__exit__(*exc)
+
+
+class _PendingBackward:
+    """Whether the last step's output still awaits its backward: alive, requiring grad, and no
+    gradient has reached it."""
+
+    def __init__(self) -> None:
+        self._outputs: list[weakref.ref[torch.Tensor]] = []
+        self._reached = True
+
+    def watch(self, output: Any) -> None:
+        tensors = [t for t in _tensors(output) if t.requires_grad and t.grad_fn is not None]
+        self._outputs = [weakref.ref(t) for t in tensors]
+        self._reached = not tensors
+        for tensor in tensors:
+            tensor.register_hook(self._on_gradient)
+
+    def _on_gradient(self, grad: torch.Tensor) -> None:
+        self._reached = True
+
+    def waiting(self) -> bool:
+        return not self._reached and any(ref() is not None for ref in self._outputs)
+
+
+@dataclass(frozen=True)
+class _BlockPlan:
+    """A per-block plan: the calls it was made for, and which of them are checkpoint regions."""
+
+    plan: Plan
+    calls: tuple[tuple[Any, Any], ...]  # (module, signature) per call, in order
+    # Call position -> how it runs as a region: None re-runs everything, else the
+    # torch.utils.checkpoint context_fn of its selective (op-level) policy.
+    regions: dict[int, Callable[[], Any] | None]

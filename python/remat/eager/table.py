@@ -1,0 +1,102 @@
+"""A plan as the table ``print(plan)`` shows: one row per layer, its regions drawn as columns."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..units import format_bytes, format_seconds
+
+if TYPE_CHECKING:
+    from .types import MenuEntry, OpProfile, Plan
+
+
+def plan_table(plan: Plan) -> str:
+    """The plan as a table (``print(plan)``)."""
+    p = plan.profile
+    forward = p.forward_seconds
+    share = plan.predicted_recompute_seconds / forward if forward > 0 else 0.0
+    held = plan.held_after_forward()
+    at_end = p.input_bytes + sum(held)
+    kind = "one region per layer at most" if p.max_region_layers == 1 else "nested regions"
+    lines = [
+        f"remat checkpoint plan: {len(p.layers)} layers, budget "
+        f"{format_bytes(plan.memory_budget)} ({kind})",
+        f"  predicted peak saved {format_bytes(plan.predicted_peak_bytes)} (no checkpoint "
+        f"{format_bytes(plan.no_checkpoint_bytes)}, least possible "
+        f"{format_bytes(plan.minimum_budget_bytes)})",
+        f"  predicted recompute {format_seconds(plan.predicted_recompute_seconds)} = "
+        f"{share:.0%} of the forward pass ({format_seconds(forward)}), with "
+        f"{format_seconds(p.region_overhead_seconds)} per region",
+        f"  {len(plan.regions)} checkpoint regions",
+    ]
+    if plan.timings:
+        measured = ", ".join(f"{label} {format_seconds(t)}" for label, t in plan.timings)
+        lines.append(f"  tuned: chose {plan.choice} by measured forward + backward ({measured})")
+    width = max([len(layer.name) for layer in p.layers] + [4])
+    lines += [
+        "",
+        f"  {'#':>4}  {'name':<{width}}  {'saves':>10} {'output':>10} {'held':>10} "
+        f"{'forward':>9}  runs  regions",
+        f"  {'':>4}  {'(input)':<{width}}  {'':>10} {format_bytes(p.input_bytes):>10} "
+        f"{format_bytes(p.input_bytes):>10}",
+    ]
+    depth = max((d for _, _, d in plan.regions), default=-1) + 1
+    selective_regions = {plan.regions[r][0] for r in range(len(plan.regions)) if plan.keeps_ops(r)}
+    for i, (layer, runs) in enumerate(zip(p.layers, plan.runs())):
+        marks = [" "] * depth
+        for first, last, d in plan.regions:
+            if first <= i <= last:
+                marks[d] = (
+                    ("~" if first in selective_regions else "=")
+                    if first == last
+                    else "/"
+                    if i == first
+                    else "\\"
+                    if i == last
+                    else "|"
+                )
+        lines.append(
+            f"  {i:>4}  {layer.name:<{width}}  {format_bytes(layer.saved_bytes):>10} "
+            f"{format_bytes(layer.output_bytes):>10} {format_bytes(held[i]):>10} "
+            f"{format_seconds(layer.forward_seconds):>9}  {runs:>4}  {''.join(marks)}"
+        )
+    for index, (first, _, _) in enumerate(plan.regions):
+        option = plan.options[index] if index < len(plan.options) else -1
+        if option < 0:
+            continue
+        rerun = format_seconds(p.layers[first].options[option][1])
+        op_profile, entries = p.selective[first]
+        entry = entries[option]
+        if not entry.cached:
+            lines.append(
+                f"  {'':>4}  {'':<{width}}  ^ layer {first} re-runs whole, up to its last "
+                f"saved op: {rerun}"
+            )
+            continue
+        lines.append(
+            f"  {'':>4}  {'':<{width}}  ^ layer {first} selective: "
+            f"{describe(op_profile, entry)}; holds "
+            f"{format_bytes(entry.held_bytes)}, re-runs {rerun}"
+        )
+    lines += [
+        f"  {'':>4}  {'total':<{width}}  {'':>10} {'':>10} {format_bytes(at_end):>10} "
+        f"{format_seconds(forward):>9}",
+        "",
+        "  saves: bytes autograd saves inside the layer, besides its input and output; output:",
+        "  the activation passed to the next layer; held: what the layer holds after the",
+        "  forward pass under this plan (the total is the peak then; a re-run in backward",
+        "  may add to it, up to the predicted peak); runs: forward evaluations per step;",
+        "  regions: one column per nesting depth, / first layer, | inside, \\ last layer,",
+        "  = a region of one layer, ~ one run selectively (the ops it keeps are listed above).",
+    ]
+    return "\n".join(lines)
+
+
+def describe(profile: OpProfile, entry: MenuEntry) -> str:
+    """Which ops an entry keeps, for a plan's table: 'keeps 4 of 31 ops: aten.mm x3, ...'."""
+    kept = [profile.ops[i].name.replace(".default", "") for i in sorted(entry.cached)]
+    counts: dict[str, int] = {}
+    for name in kept:
+        counts[name] = counts.get(name, 0) + 1
+    listed = ", ".join(f"{n} x{c}" if c > 1 else n for n, c in counts.items())
+    return f"keeps {len(kept)} of {len(profile.ops)} ops" + (f": {listed}" if listed else "")

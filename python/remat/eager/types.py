@@ -1,0 +1,308 @@
+"""The data of eager checkpointing: what was measured (Profile, LayerProfile, OpProfile) and what
+was planned (MenuEntry, Plan). Measuring makes the profiles, planning the plans, running reads
+both; nothing here measures, plans or runs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from .policy import context_fn
+from .table import plan_table
+
+Key = tuple[str, int, int]
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    """One op of a layer's forward, in dispatch order (SAC's ignored ops left out)."""
+
+    name: str  # e.g. "aten.mm.default"
+    new_bytes: int  # bytes of the storages it creates that are not the layer's outputs
+    seconds: float
+    cacheable: bool
+    # When not cacheable: random, view or in-place, mutated later, returned, not re-run.
+    why_not: str = ""
+
+
+@dataclass(frozen=True)
+class OpProfile:
+    """A layer's ops, and how its full re-run ends."""
+
+    ops: tuple[OpRecord, ...]
+    last_needed: int  # the last op a re-run dispatches (-1: none): where the last save happens
+    on_cuda: bool = False  # measured with CUDA tensors
+    # On CPU, what running the layer selectively takes besides the ops it re-runs (see
+    # measure_modes): (its forward under SAC's caching mode, a re-run that finds every
+    # cacheable op cached). None on CUDA, where the modes' cost is host time that overlaps the
+    # kernels already queued, and where it could not be measured.
+    modes_seconds: tuple[float, float] | None = None
+    # SAC's modes replayed the layer: a forward under the caching mode, then a re-run under the
+    # cached one, dispatched the profiled ops without a mismatch (see measure_modes). When not
+    # (data-dependent ops; autocast's weight-cast cache hit in one run and missed in another),
+    # the layer gets no selective options: SAC would fail in backward, or diverge from the plan.
+    replays: bool = True
+    # False: SAC's modes would cost this layer more than re-running it whole (judged from the
+    # per-op cost measured on other layers, see ModesCache), so it gets no selective options.
+    worth_it: bool = True
+    dispatched: int = 0  # every op the recorded run dispatched, SAC's ignored ones too
+
+    @property
+    def uncached_floor_seconds(self) -> float:
+        """The ops a re-run dispatches that are never cached (views, random ops, ...)."""
+        return sum(op.seconds for op in self.ops[: self.last_needed + 1] if not op.cacheable)
+
+    @property
+    def rerun_seconds(self) -> float:
+        """A full re-run: every op up to the last needed one."""
+        return sum(op.seconds for op in self.ops[: self.last_needed + 1])
+
+
+@dataclass(frozen=True)
+class MenuEntry:
+    """One way to checkpoint a layer: which ops are cached, what that holds and re-runs."""
+
+    cached: frozenset[int]  # op indices
+    held_bytes: int
+    recompute_seconds: float
+
+
+@dataclass(frozen=True)
+class LayerProfile:
+    name: str
+    saved_bytes: int  # saved for backward, not counting the layer's input or output
+    output_bytes: int
+    saves_output: bool  # whether the layer's saved tensors include its output
+    forward_seconds: float  # median, with autograd recording (as when it is re-run)
+    # Selective checkpoint options, (held_bytes, recompute_seconds) each: run as a single-layer
+    # region outside every other region, the layer may keep held_bytes of its ops' outputs until
+    # its re-run and re-run in recompute_seconds instead of forward_seconds.
+    options: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class Profile:
+    input_bytes: int
+    layers: tuple[LayerProfile, ...]
+    region_overhead_seconds: float = 0.0  # what one checkpoint region costs besides its re-run
+    # The most layers one region may span (0: any). 1 for blocks that are not proven to form a
+    # chain: auto_checkpoint on a model whose own code runs between its blocks.
+    max_region_layers: int = 0
+    # Whether the last layer's output is held after the forward until backward reaches the code
+    # after the chain, which frees it before the last layer's backward (auto_checkpoint: a
+    # model's final norm saves its last block's output). The planner sees that code as one
+    # more, empty layer: the output counts in the forward's peak, and the last layer may be a
+    # region whose re-run comes once the output is gone.
+    output_held: bool = False
+    # Per layer, for op-level plans: its ops and its menu (each LayerProfile's options are the
+    # menu's (held bytes, re-run seconds)); empty for block-level plans.
+    selective: tuple[tuple[OpProfile, tuple[MenuEntry, ...]] | None, ...] = field(
+        default=(), repr=False, compare=False
+    )
+
+    def core_layers(self) -> list[tuple[int, int, bool, float, tuple[tuple[int, float], ...]]]:
+        return [
+            (
+                l.saved_bytes,
+                l.output_bytes,
+                l.saves_output,
+                l.forward_seconds,
+                tuple((int(held), float(seconds)) for held, seconds in l.options),
+            )
+            for l in self.layers
+        ]
+
+    def planned_layers(self) -> list[tuple[int, int, bool, float, tuple[tuple[int, float], ...]]]:
+        """core_layers as the planner takes them: with output_held, the code after the chain as
+        an empty last layer (it saves and passes on nothing, takes no time)."""
+        return self.core_layers() + ([(0, 0, False, 0.0, ())] if self.output_held else [])
+
+    @property
+    def forward_seconds(self) -> float:
+        return sum(l.forward_seconds for l in self.layers)
+
+    def to_json(self) -> str:
+        """The profile as `remat eager PROFILE.json` reads it (times in seconds). Layers' options
+        (their selective-checkpoint menus as bytes and times) are kept; which ops each option
+        keeps is not, so a profile read back plans but cannot run op-level regions."""
+        return json.dumps(
+            {
+                "input_bytes": self.input_bytes,
+                "region_overhead": self.region_overhead_seconds,
+                "max_region_layers": self.max_region_layers,
+                "layers": [
+                    {
+                        "name": l.name,
+                        "saved_bytes": l.saved_bytes,
+                        "output_bytes": l.output_bytes,
+                        "saves_output": l.saves_output,
+                        "forward_time": l.forward_seconds,
+                        "options": [
+                            {"held_bytes": held, "recompute_time": seconds}
+                            for held, seconds in l.options
+                        ],
+                    }
+                    for l in self.layers
+                ]
+                + ([_AFTER_THE_CHAIN] if self.output_held else []),
+            },
+            indent=1,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> "Profile":
+        data = json.loads(text)
+        layers = tuple(
+            LayerProfile(
+                name=str(l.get("name", f"layer{i}")),
+                saved_bytes=int(l["saved_bytes"]),
+                output_bytes=int(l["output_bytes"]),
+                saves_output=bool(l.get("saves_output", False)),
+                forward_seconds=float(l["forward_time"]),
+                options=tuple(
+                    (int(o["held_bytes"]), float(o["recompute_time"])) for o in l.get("options", ())
+                ),
+            )
+            for i, l in enumerate(data["layers"])
+        )
+        return cls(
+            int(data["input_bytes"]),
+            layers,
+            float(data.get("region_overhead", 0.0)),
+            int(data.get("max_region_layers", 0)),
+        )
+
+
+# The code after the chain, written out as the empty layer the planner sees (remat eager reads
+# no output_held flag).
+_AFTER_THE_CHAIN = {
+    "name": "(after the chain)",
+    "saved_bytes": 0,
+    "output_bytes": 0,
+    "saves_output": False,
+    "forward_time": 0.0,
+    "options": [],
+}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where the checkpoint regions go, and what the planner predicts for them."""
+
+    regions: tuple[tuple[int, int, int], ...]  # (first layer, last layer, depth), pre-order
+    memory_budget: int
+    predicted_peak_bytes: int
+    predicted_recompute_seconds: float
+    minimum_budget_bytes: int  # the least peak any plan reaches
+    no_checkpoint_bytes: int  # the peak with no checkpoint at all
+    profile: Profile = field(repr=False)
+    # When tuned: each candidate that fits, with its measured chain forward + backward seconds;
+    # `choice` names the one these regions come from.
+    timings: tuple[tuple[str, float], ...] = ()
+    choice: str = "planner"
+    # Pipeline parallelism: how many microbatches' activations the stage holds at once, and the
+    # stage's predicted peak over all of them (the planned peak when 1).
+    microbatches_in_flight: int = 1
+    predicted_stage_peak_bytes: int = 0
+    # The selective checkpoint option of each region, in the order of `regions`: an index into
+    # its layer's `options`, or -1 (the region re-runs whole). Empty: every region re-runs whole.
+    options: tuple[int, ...] = ()
+    # What the plan was made for: the input's shapes, dtypes and devices (None: from a profile).
+    input_signature: Any = field(default=None, repr=False, compare=False)
+
+    def core_regions(self) -> list[tuple[int, int, int, int]]:
+        """The regions as the C++ core takes them: (first, last, depth, option)."""
+        return core_regions(self.regions, self.options)
+
+    def held_at_end_of_forward(self) -> int:
+        """The chain's input and what every layer holds after the forward pass."""
+        return self.profile.input_bytes + sum(self.held_after_forward())
+
+    def runs(self) -> list[int]:
+        """How many times each layer's forward runs in a step (1: its activations are kept)."""
+        runs = [1] * len(self.profile.layers)
+        for first, last, _ in self.regions:
+            for layer in range(first, last + 1):
+                runs[layer] += 1
+        return runs
+
+    def kept(self) -> list[bool]:
+        """Whether each layer's saved activations are kept from the first forward pass."""
+        return [r == 1 for r in self.runs()]
+
+    def _entry(self, region: int) -> MenuEntry | None:
+        """The menu entry region `region` runs with, None for a whole re-run."""
+        option = self.options[region] if region < len(self.options) else -1
+        if option < 0:
+            return None
+        return self.profile.selective[self.regions[region][0]][1][option]
+
+    def keeps_ops(self, region: int) -> bool:
+        """Whether region `region` runs selectively: its entry keeps some of its ops. An entry
+        that keeps none is a whole re-run (torch's early stop ends it at the last saved op,
+        which that entry's time counts and a whole region's forward time does not)."""
+        entry = self._entry(region)
+        return entry is not None and bool(entry.cached)
+
+    def context_fn(
+        self, region: int, warn: Callable[[str], None] | None = None
+    ) -> Callable[[], Any] | None:
+        """torch.utils.checkpoint's `context_fn` for region `region` (index into `regions`):
+        its selective policy when the plan keeps some of its ops, else None (re-run all).
+        `warn` gets what goes off the plan (a RuntimeWarning when not given)."""
+        entry = self._entry(region)
+        if entry is None or not entry.cached:
+            return None
+        first = self.regions[region][0]
+        op_profile, _ = self.profile.selective[first]
+        return context_fn(op_profile, entry, self.profile.layers[first].name, warn)
+
+    def contexts(self) -> dict[int, Callable[[], Any]]:
+        """Every selective region's `context_fn`, by region index."""
+        found = {i: self.context_fn(i) for i in range(len(self.regions))}
+        return {i: f for i, f in found.items() if f is not None}
+
+    def held_after_forward(self) -> list[int]:
+        """Bytes each layer holds once the forward pass is done: a plain layer its saved bytes
+        and its output, a region only its output (on its last layer) and, run with an option,
+        the option's held bytes, layers inside a region nothing. With the chain's input they add
+        up to the peak at the end of the forward pass; a re-run in backward can raise the peak
+        above that (never above the prediction)."""
+        layers = self.profile.layers
+        # The chain's last layer holds its output only when it saves it, or when the code after
+        # the chain keeps it (output_held): then no layer ends the chain.
+        n = len(layers) + (1 if self.profile.output_held else 0)
+        held = []
+        outer = [(first, last) for first, last, depth in self.regions if depth == 0]
+        cache = {
+            first: layers[first].options[option][0]
+            for (first, _, _), option in zip(self.regions, self.options)
+            if option >= 0
+        }
+        for i, layer in enumerate(layers):
+            region = next(((f, l) for f, l in outer if f <= i <= l), None)
+            if region is not None:
+                output = layer.output_bytes if i == region[1] and i < n - 1 else 0
+                held.append(output + cache.get(i, 0))
+            elif i < n - 1 or layer.saves_output:
+                held.append(layer.saved_bytes + layer.output_bytes)
+            else:
+                held.append(layer.saved_bytes)
+        return held
+
+    def table(self) -> str:
+        """The plan as a table (also ``print(plan)``)."""
+        return plan_table(self)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def core_regions(
+    regions: Sequence[Sequence[int]], options: Sequence[int] = ()
+) -> list[tuple[int, int, int, int]]:
+    """(first, last, depth) regions with their options (-1 where `options` has none)."""
+    chosen = list(options) + [-1] * (len(regions) - len(options))
+    return [(int(r[0]), int(r[1]), int(r[2]), int(o)) for r, o in zip(regions, chosen)]
