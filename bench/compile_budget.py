@@ -31,7 +31,6 @@ import torch._functorch.config as functorch_config
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 import models  # noqa: E402
-
 import remat.torch as rt  # noqa: E402
 from remat.compiled import measured_peak  # noqa: E402
 from remat.units import format_bytes  # noqa: E402

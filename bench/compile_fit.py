@@ -23,7 +23,6 @@ import torch._functorch.config as functorch_config
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 import models  # noqa: E402
-
 import remat.torch as rt  # noqa: E402
 from remat.compiled import measured_peak  # noqa: E402
 from remat.units import format_bytes  # noqa: E402
@@ -77,8 +76,9 @@ def main() -> None:
         predicted, measured = use_alone(model, x, budget, args.device)
         try:
             found = rt.fit(model, x, memory_budget=budget, loss=models.loss, verbose=False)
-            attempts, result = found.attempts, (
-                f"use(memory_budget={found.memory_budget}): {format_bytes(found.measured)}"
+            attempts, result = (
+                found.attempts,
+                (f"use(memory_budget={found.memory_budget}): {format_bytes(found.measured)}"),
             )
         except rt.BudgetNotMet as error:
             attempts, result = error.attempts, "not met (least measured above the budget)"

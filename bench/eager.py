@@ -32,7 +32,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 
 import models  # noqa: E402
-
 import remat.torch as rt  # noqa: E402
 from remat import eager  # noqa: E402
 

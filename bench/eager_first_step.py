@@ -31,7 +31,6 @@ import torch
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 import models  # noqa: E402
-
 import remat  # noqa: E402
 import remat.eager  # noqa: E402
 import remat.torch as rt  # noqa: E402

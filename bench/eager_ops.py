@@ -60,7 +60,6 @@ from torch.utils.checkpoint import (
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 import models  # noqa: E402
-
 import remat.torch as rt  # noqa: E402
 from remat.eager._runtime import clock  # noqa: E402
 from remat.units import format_bytes  # noqa: E402

@@ -16,6 +16,7 @@ layers fast), in milliseconds.
 --print-budget prints only the budget in bytes: the fraction of the total activation bytes
 (a_0..a_{n-1}), rounded down.
 """
+
 import argparse
 import json
 import random
@@ -51,8 +52,13 @@ def make(layers, seed):
             noise = rng.lognormvariate(0.0, 0.25)
             size = max(PAGE, int(width * rel * noise) // PAGE * PAGE)
             time = ms_per_mib * size / (1 << 20) * rng.lognormvariate(0.0, 0.3)
-            out.append({"name": f"b{block}.{kind}", "activation_bytes": size,
-                        "forward_time": round(time, 6)})
+            out.append(
+                {
+                    "name": f"b{block}.{kind}",
+                    "activation_bytes": size,
+                    "forward_time": round(time, 6),
+                }
+            )
         block += 1
     return {"input_bytes": input_bytes, "layers": out}
 

@@ -38,17 +38,18 @@ sys.path.insert(0, str(ROOT / "tests" / "python"))
 sys.path.append(str(ROOT / "bench"))
 
 sys.modules.pop("zoo", None)
-from zoo import torchvision_cpu  # noqa: E402,F401  (before transformers)
-from zoo.meter import BlockMeter  # noqa: E402
-from eager_ops import peak_of  # noqa: E402  (the high-water mark: MemTracker, or CUDA's)
-
-import remat  # noqa: E402
 import remat.integrations.transformers as hf  # noqa: E402
 import remat.torch as rt  # noqa: E402
+from eager_ops import peak_of  # noqa: E402  (the high-water mark: MemTracker, or CUDA's)
 from remat.eager._runtime import clock  # noqa: E402
+from zoo import torchvision_cpu  # noqa: E402,F401  (before transformers)
+from zoo.meter import BlockMeter  # noqa: E402
 
 BASELINES = (
-    "plain", "hf_gradient_checkpointing", "checkpoint_wrapper", "torchtitan_per_op",
+    "plain",
+    "hf_gradient_checkpointing",
+    "checkpoint_wrapper",
+    "torchtitan_per_op",
     "torch_sac_milp",
 )
 DECODERS = {
@@ -72,15 +73,24 @@ def construct(name: str, args: argparse.Namespace) -> torch.nn.Module:
     config_class, model_class = DECODERS[name]
     if name == "gpt2":
         cfg = transformers.GPT2Config(
-            vocab_size=args.vocab, n_positions=args.seq, n_embd=args.hidden, n_layer=args.layers,
-            n_head=args.heads, bos_token_id=0, eos_token_id=0,
+            vocab_size=args.vocab,
+            n_positions=args.seq,
+            n_embd=args.hidden,
+            n_layer=args.layers,
+            n_head=args.heads,
+            bos_token_id=0,
+            eos_token_id=0,
         )
     else:
         extra = {"num_local_experts": 4, "num_experts_per_tok": 2} if name == "mixtral" else {}
         cfg = getattr(transformers, config_class)(
-            vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=2 * args.hidden,
-            num_hidden_layers=args.layers, num_attention_heads=args.heads,
-            num_key_value_heads=max(1, args.heads // 2), max_position_embeddings=args.seq,
+            vocab_size=args.vocab,
+            hidden_size=args.hidden,
+            intermediate_size=2 * args.hidden,
+            num_hidden_layers=args.layers,
+            num_attention_heads=args.heads,
+            num_key_value_heads=max(1, args.heads // 2),
+            max_position_embeddings=args.seq,
             **extra,
         )
     cfg._attn_implementation = "sdpa"
@@ -113,6 +123,7 @@ def baselines(base: torch.nn.Module) -> dict[str, torch.nn.Module]:
         apply_activation_checkpointing,
         checkpoint_wrapper,
     )
+
     from eager_ops import titan_policy_contexts
 
     out = {"plain": copy.deepcopy(base)}
@@ -124,7 +135,10 @@ def baselines(base: torch.nn.Module) -> dict[str, torch.nn.Module]:
     else:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     out["hf_gradient_checkpointing"] = model
-    for name, context in (("checkpoint_wrapper", None), ("torchtitan_per_op", titan_policy_contexts)):
+    for name, context in (
+        ("checkpoint_wrapper", None),
+        ("torchtitan_per_op", titan_policy_contexts),
+    ):
         model = copy.deepcopy(base)
         layers = set(map(id, hf.find_layers(model)))
         options = {} if context is None else {"context_fn": context}
@@ -140,7 +154,11 @@ def baselines(base: torch.nn.Module) -> dict[str, torch.nn.Module]:
 
 
 def sac_milp_model(
-    name: str, base: torch.nn.Module, ids: torch.Tensor, everything: int, saved: int,
+    name: str,
+    base: torch.nn.Module,
+    ids: torch.Tensor,
+    everything: int,
+    saved: int,
     args: argparse.Namespace,
 ) -> tuple[torch.nn.Module | None, dict[str, Any]]:
     """torch's sac_milp (bench/eager_ops.py: its estimators on a fake copy of the model, its
@@ -154,6 +172,7 @@ def sac_milp_model(
         apply_activation_checkpointing,
         checkpoint_wrapper,
     )
+
     from eager_ops import sac_milp_contexts, sac_milp_graph, sac_milp_plan
 
     def make_fake() -> torch.nn.Module:
@@ -172,7 +191,9 @@ def sac_milp_model(
         return None, {"error": f"needs pip install pulp pwlf ({error})"}
     except Exception as error:  # torch's estimators on this model, under FakeTensorMode
         first = str(error).strip().splitlines()[0][:160]
-        return None, {"error": f"its estimators failed on a fake copy: {type(error).__name__}: {first}"}
+        return None, {
+            "error": f"its estimators failed on a fake copy: {type(error).__name__}: {first}"
+        }
     names = {id(m): n for n, m in base.named_modules()}
     units = [f"{found['root']}.{names[id(layer)]}" for layer in hf.find_layers(base)]
     baseline = found["baseline_bytes"]
@@ -205,7 +226,11 @@ def measure(base: torch.nn.Module, ids: torch.Tensor) -> Any:
     """remat's measurement of a copy of `base` on `ids`: its least and no-checkpoint budgets."""
     copied = copy.deepcopy(base)
     return rt.measure(
-        copied, ids, labels=ids, loss_fn=lambda o: o.loss, blocks=hf.find_layers(copied),
+        copied,
+        ids,
+        labels=ids,
+        loss_fn=lambda o: o.loss,
+        blocks=hf.find_layers(copied),
         verbose=False,
     )
 
@@ -224,15 +249,25 @@ def remat_at(
     sync(device)
     first = now() - start
     return {
-        "model": model, "step": step, "budget": budget, "first": first, "plan": handle.plan,
-        "saved": saved_peak(step, model), "high_water": peak_of(step, model, device),
+        "model": model,
+        "step": step,
+        "budget": budget,
+        "first": first,
+        "plan": handle.plan,
+        "saved": saved_peak(step, model),
+        "high_water": peak_of(step, model, device),
         "warnings": handle.warnings,
     }
 
 
 def remat_within(
-    base: torch.nn.Module, ids: torch.Tensor, target: int, least: int, most: int,
-    probes: dict[int, dict[str, Any]], device: str,
+    base: torch.nn.Module,
+    ids: torch.Tensor,
+    target: int,
+    least: int,
+    most: int,
+    probes: dict[int, dict[str, Any]],
+    device: str,
 ) -> dict[str, Any] | None:
     """remat at the largest budget (bisected, 7 probes) whose measured high-water mark is within
     `target`; None when even the least budget's is over it. Probes are kept across targets."""
@@ -284,8 +319,13 @@ def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
     for label in list(models):
         target = configs[label]["high_water"]
         found = remat_within(
-            base, ids, target, measured.least_budget_bytes, measured.no_checkpoint_bytes,
-            probes, args.device,
+            base,
+            ids,
+            target,
+            measured.least_budget_bytes,
+            measured.no_checkpoint_bytes,
+            probes,
+            args.device,
         )
         if found is None:
             least = probes[measured.least_budget_bytes]
@@ -352,26 +392,37 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> str:
     ]
     met = 0
     for model, rows in results.items():
-        lines += [f"## {model}", "", "| method | step ms | saved MiB | high water MiB | "
-                  "remat@ step ms | ratio | remat@ saved | remat@ high water | regions/selective | first/later |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        lines += [
+            f"## {model}",
+            "",
+            "| method | step ms | saved MiB | high water MiB | "
+            "remat@ step ms | ratio | remat@ saved | remat@ high water | regions/selective | first/later |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
         for label in BASELINES:
             if label not in rows:
                 continue
             base, ours = rows[label], rows.get(f"remat@{label}", {})
-            cells = [label, f"{base['median_s'] * 1e3:.1f}", f"{base['saved_bytes'] / 2**20:.2f}",
-                     f"{base['high_water_bytes'] / 2**20:.2f}"]
+            cells = [
+                label,
+                f"{base['median_s'] * 1e3:.1f}",
+                f"{base['saved_bytes'] / 2**20:.2f}",
+                f"{base['high_water_bytes'] / 2**20:.2f}",
+            ]
             if "error" in ours:
                 cells += ["refused: " + ours["error"][:60], "", "", "", "", ""]
             else:
                 ratio = ours["median_s"] / base["median_s"]
                 if label == "hf_gradient_checkpointing" and ratio <= 0.95:
                     met += 1
-                cells += [f"{ours['median_s'] * 1e3:.1f}", f"{ratio:.3f}",
-                          f"{ours['saved_bytes'] / 2**20:.2f}",
-                          f"{ours['high_water_bytes'] / 2**20:.2f}",
-                          f"{ours['regions']}/{ours['selective']}",
-                          f"{ours['first_step_s'] / ours['median_s']:.2f}"]
+                cells += [
+                    f"{ours['median_s'] * 1e3:.1f}",
+                    f"{ratio:.3f}",
+                    f"{ours['saved_bytes'] / 2**20:.2f}",
+                    f"{ours['high_water_bytes'] / 2**20:.2f}",
+                    f"{ours['regions']}/{ours['selective']}",
+                    f"{ours['first_step_s'] / ours['median_s']:.2f}",
+                ]
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
         milp = rows["sac_milp_info"]
@@ -385,7 +436,10 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> str:
                 f"{milp['estimate_seconds']:.1f} s, MILP {milp['solve_seconds']:.2f} s.",
                 "",
             ]
-        ours, block = rows.get("remat@hf_gradient_checkpointing", {}), rows.get("remat_block_only@hf")
+        ours, block = (
+            rows.get("remat@hf_gradient_checkpointing", {}),
+            rows.get("remat_block_only@hf"),
+        )
         if block and "median_s" in ours:
             lines += [
                 f"Op-level options at HF's peak: remat with them {ours['median_s'] * 1e3:.1f} ms "

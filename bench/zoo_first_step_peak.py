@@ -19,10 +19,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "python"))
 sys.path.append(str(ROOT / "bench"))
 
+from eager_ops import peak_of  # noqa: E402
 from zoo import adopt  # noqa: E402
 from zoo.models import ZOO  # noqa: E402
 from zoo.training import pair  # noqa: E402
-from eager_ops import peak_of  # noqa: E402
 
 
 def main(names: list[str]) -> None:

@@ -20,7 +20,6 @@ import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import models  # noqa: E402
-
 import remat.torch  # noqa: E402
 from remat.units import format_bytes, parse_bytes  # noqa: E402
 

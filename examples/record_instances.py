@@ -27,7 +27,9 @@ class DecoderBlock(nn.Module):
         self.ln1 = nn.LayerNorm(width)
         self.attn = nn.MultiheadAttention(width, heads, batch_first=True)
         self.ln2 = nn.LayerNorm(width)
-        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+        self.mlp = nn.Sequential(
+            nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.ln1(x)
@@ -51,8 +53,12 @@ class ResidualConv(nn.Module):
     def __init__(self, channels: int) -> None:
         super().__init__()
         self.body = nn.Sequential(
-            nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels), nn.ReLU(),
-            nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels))
+            nn.Conv2d(channels, channels, 3, padding=1),
+            nn.BatchNorm2d(channels),
+            nn.ReLU(),
+            nn.Conv2d(channels, channels, 3, padding=1),
+            nn.BatchNorm2d(channels),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.relu(x + self.body(x))
@@ -62,8 +68,12 @@ class MixerBlock(nn.Module):
     def __init__(self, tokens: int, width: int) -> None:
         super().__init__()
         self.ln1, self.ln2 = nn.LayerNorm(width), nn.LayerNorm(width)
-        self.token_mlp = nn.Sequential(nn.Linear(tokens, 2 * tokens), nn.GELU(), nn.Linear(2 * tokens, tokens))
-        self.channel_mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+        self.token_mlp = nn.Sequential(
+            nn.Linear(tokens, 2 * tokens), nn.GELU(), nn.Linear(2 * tokens, tokens)
+        )
+        self.channel_mlp = nn.Sequential(
+            nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.token_mlp(self.ln1(x).transpose(1, 2)).transpose(1, 2)
@@ -79,9 +89,13 @@ def models(size: int) -> dict[str, tuple[nn.Module, torch.Tensor]]:
             torch.randint(0, 256, (4, 64)),
         ),
         f"resnet_c{16 * size}": (
-            nn.Sequential(nn.Conv2d(3, 16 * size, 3, padding=1),
-                          *[ResidualConv(16 * size) for _ in range(2 * size)],
-                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16 * size, 10)),
+            nn.Sequential(
+                nn.Conv2d(3, 16 * size, 3, padding=1),
+                *[ResidualConv(16 * size) for _ in range(2 * size)],
+                nn.AdaptiveAvgPool2d(1),
+                nn.Flatten(),
+                nn.Linear(16 * size, 10),
+            ),
             torch.randn(8, 3, 32, 32),
         ),
         f"mixer_w{width}": (
@@ -97,12 +111,14 @@ def record(model: nn.Module, example: torch.Tensor, budget: float) -> list[dict]
     original = partitioners._optimize_runtime_with_given_memory
 
     def intercept(joint_graph, memory, runtimes, max_memory, node_info, banned_nodes):
-        calls.append({
-            "memory": [float(m) for m in memory],
-            "runtime": [float(r) for r in runtimes],
-            "max_memory": float(max_memory),
-            "names": [str(node.name) for node in banned_nodes],
-        })
+        calls.append(
+            {
+                "memory": [float(m) for m in memory],
+                "runtime": [float(r) for r in runtimes],
+                "max_memory": float(max_memory),
+                "names": [str(node.name) for node in banned_nodes],
+            }
+        )
         return original(joint_graph, memory, runtimes, max_memory, node_info, banned_nodes)
 
     torch._dynamo.reset()

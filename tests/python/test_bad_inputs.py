@@ -97,8 +97,13 @@ def test_a_million_items_name_the_bad_index(run):
 
 def test_a_million_valid_items_solve_quickly(run):
     n = 1_000_000
-    text = json.dumps({"memory": [1e-4 * (1 + i % 7) for i in range(n)],
-                       "runtime": [float(1 + (i * 7919) % 1000) for i in range(n)], "max_memory": 50.0})
+    text = json.dumps(
+        {
+            "memory": [1e-4 * (1 + i % 7) for i in range(n)],
+            "runtime": [float(1 + (i * 7919) % 1000) for i in range(n)],
+            "max_memory": 50.0,
+        }
+    )
     code, out, err = run("solve", "-", stdin=text)
     assert code == 0, err
     result = json.loads(out)

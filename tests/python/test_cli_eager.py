@@ -5,9 +5,8 @@ import json
 
 import pytest
 
-from conftest import ROOT
-
 import remat.torch as rt
+from conftest import ROOT
 from remat import eager
 
 PROFILE = ROOT / "examples" / "profiles" / "gpt_d8_w192_eager.json"

@@ -24,13 +24,17 @@ from conftest import ROOT  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "examples"))
 import models  # noqa: E402
-
 import remat.torch as rt  # noqa: E402
-from remat.compiled import BudgetTooSmall, StepPeak, choose, measured_peak  # noqa: E402
-from remat.compiled import survey  # noqa: E402
+from remat.compiled import (  # noqa: E402
+    BudgetTooSmall,
+    StepPeak,
+    choose,
+    measured_peak,
+    survey,  # noqa: E402
+)
+from remat.compiled.liveness import walk_graph  # noqa: E402
 from remat.compiled.tradeoff import _default_loss  # noqa: E402
 from remat.units import format_bytes  # noqa: E402
-from remat.compiled.liveness import walk_graph  # noqa: E402
 
 MODELS = {
     "gpt": lambda: models.make_gpt(depth=2, width=64, heads=4, seq=32, batch=4, dropout=0.0),
@@ -117,8 +121,7 @@ def test_byte_budgets_hold_and_the_measured_peak_falls_with_the_budget(curve):
         rows.append((budget, predicted, measured))
         assert predicted <= budget
         assert measured <= budget, (
-            f"{name}: measured {measured} bytes exceeds the budget {budget} by "
-            f"{measured - budget}"
+            f"{name}: measured {measured} bytes exceeds the budget {budget} by {measured - budget}"
         )
         assert measured <= predicted, f"{name}: measured {measured} > predicted {predicted}"
         for got, want in zip(gradients, eager):

@@ -17,7 +17,6 @@ from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "examples"))
 import models  # noqa: E402
-
 import remat  # noqa: E402
 import remat.torch as rt  # noqa: E402
 from remat import eager  # noqa: E402

@@ -38,14 +38,19 @@ def test_cli_plot_validates_input_first(run, tmp_path):
 def test_python_m_remat_errors(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"memory": [1, -1], "runtime": [1, 1], "max_memory": 1}))
-    done = subprocess.run([sys.executable, "-m", "remat", "pareto", "--plot", str(tmp_path / "x.png"), str(bad)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "remat", "pareto", "--plot", str(tmp_path / "x.png"), str(bad)],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 2
     assert done.stderr.startswith("error: memory[1]: is negative")
 
 
 def test_python_m_remat_version_matches_the_binary(run):
-    done = subprocess.run([sys.executable, "-m", "remat", "--version"], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "remat", "--version"], capture_output=True, text=True
+    )
     code, out, _ = run("--version")
     assert done.returncode == 0 == code
     assert done.stdout.strip() == out.strip() == f"remat {remat.__version__}"
@@ -61,7 +66,10 @@ def test_recorded_instances_exist_for_every_model_kind():
 def test_recorded_instance_solves_exactly(path):
     data = json.loads(path.read_text())
     assert len(data["names"]) == len(data["memory"]) == len(data["runtime"])
-    results = [remat.solve(data["memory"], data["runtime"], data["max_memory"], solver=s) for s in remat.SOLVERS]
+    results = [
+        remat.solve(data["memory"], data["runtime"], data["max_memory"], solver=s)
+        for s in remat.SOLVERS
+    ]
     exact = results[0]
     assert exact.status == "optimal"
     for other in results[1:3]:
@@ -69,5 +77,7 @@ def test_recorded_instance_solves_exactly(path):
     assert results[3].max_runtime <= exact.max_runtime * (1 + 1e-12)
     torch_knapsack = pytest.importorskip("torch._functorch._activation_checkpointing.knapsack")
     pytest.importorskip("scipy")
-    ilp_value, _, _ = torch_knapsack.ilp_knapsack(data["memory"], data["runtime"], data["max_memory"])
+    ilp_value, _, _ = torch_knapsack.ilp_knapsack(
+        data["memory"], data["runtime"], data["max_memory"]
+    )
     assert exact.max_runtime == pytest.approx(ilp_value, rel=1e-4)

@@ -26,7 +26,9 @@ class Block(nn.Module):
         super().__init__()
         self.ln1, self.ln2 = nn.LayerNorm(width), nn.LayerNorm(width)
         self.attn = nn.MultiheadAttention(width, heads, batch_first=True)
-        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+        self.mlp = nn.Sequential(
+            nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width)
+        )
 
     def forward(self, x):
         h = self.ln1(x)
@@ -35,8 +37,15 @@ class Block(nn.Module):
 
 
 def mlp():
-    return nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 256), nn.Tanh(),
-                         nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 64))
+    return nn.Sequential(
+        nn.Linear(64, 256),
+        nn.GELU(),
+        nn.Linear(256, 256),
+        nn.Tanh(),
+        nn.Linear(256, 256),
+        nn.GELU(),
+        nn.Linear(256, 64),
+    )
 
 
 MODELS = {"mlp": (mlp, (32, 64)), "transformer_block": (Block, (4, 16, 64))}
@@ -66,8 +75,9 @@ def test_compile_with_remat_solver(model_name, budget, torch_instances):
     x = torch.randn(*shape)
 
     torch._dynamo.reset()
-    with remat.torch.use("exact") as solver, functorch_config.patch(
-        activation_memory_budget=budget, enable_autograd_cache=False
+    with (
+        remat.torch.use("exact") as solver,
+        functorch_config.patch(activation_memory_budget=budget, enable_autograd_cache=False),
     ):
         compiled = torch.compile(model, backend="aot_eager")
         compiled(x).square().mean().backward()
@@ -81,7 +91,9 @@ def test_compile_with_remat_solver(model_name, budget, torch_instances):
         # torch found a plan within budget before it needed a knapsack (it says so by not asking).
         assert not torch_instances and budget >= 0.5
         return
-    print(f"{model_name} budget {budget}: {len(solver.last_runtimes)} candidates, saved {solver.last_result.saved}")
+    print(
+        f"{model_name} budget {budget}: {len(solver.last_runtimes)} candidates, saved {solver.last_result.saved}"
+    )
     memory, runtimes, max_memory = torch_instances[-1]
     assert solver.last_runtimes == [float(r) for r in runtimes]  # torch's own estimates
     ours = solver.last_result
@@ -94,9 +106,17 @@ def test_use_as_a_plain_call_and_restore():
     previous = functorch_config.activation_memory_budget_solver
     handle = remat.torch.use("greedy")
     try:
-        assert isinstance(functorch_config.activation_memory_budget_solver, remat.torch.RematKnapsackSolver)
-        assert functorch_config.activation_memory_budget_solver.uuid() == remat.torch.RematKnapsackSolver("greedy").uuid()
-        assert remat.torch.RematKnapsackSolver("exact").uuid() != remat.torch.RematKnapsackSolver("greedy").uuid()
+        assert isinstance(
+            functorch_config.activation_memory_budget_solver, remat.torch.RematKnapsackSolver
+        )
+        assert (
+            functorch_config.activation_memory_budget_solver.uuid()
+            == remat.torch.RematKnapsackSolver("greedy").uuid()
+        )
+        assert (
+            remat.torch.RematKnapsackSolver("exact").uuid()
+            != remat.torch.RematKnapsackSolver("greedy").uuid()
+        )
     finally:
         handle.__exit__(None, None, None)
     assert functorch_config.activation_memory_budget_solver == previous
@@ -113,9 +133,11 @@ def test_default_inductor_backend(torch_instances):
     torch._dynamo.reset()
     # A warm AOTAutograd / FX-graph cache (remat's uuid() makes entries reusable) would skip the
     # partitioner entirely; this test is about the partitioner, so it compiles cold.
-    with remat.torch.use("exact") as solver, functorch_config.patch(
-        activation_memory_budget=0.3, enable_autograd_cache=False
-    ), torch._inductor.config.patch(fx_graph_cache=False):
+    with (
+        remat.torch.use("exact") as solver,
+        functorch_config.patch(activation_memory_budget=0.3, enable_autograd_cache=False),
+        torch._inductor.config.patch(fx_graph_cache=False),
+    ):
         torch.compile(model)(x).square().mean().backward()
     reference(x).square().mean().backward()
     for (name, p), q in zip(model.named_parameters(), reference.parameters()):
@@ -135,9 +157,11 @@ def test_uuid_lets_the_aot_autograd_cache_reuse_the_plan(tmp_path, monkeypatch):
     model, x = Block(), torch.randn(4, 16, 64)
     counters = torch._dynamo.utils.counters
     counters.clear()
-    with remat.torch.use("exact") as solver, functorch_config.patch(
-        activation_memory_budget=0.3, enable_autograd_cache=True
-    ), torch._inductor.config.patch(fx_graph_cache=True, force_disable_caches=False):
+    with (
+        remat.torch.use("exact") as solver,
+        functorch_config.patch(activation_memory_budget=0.3, enable_autograd_cache=True),
+        torch._inductor.config.patch(fx_graph_cache=True, force_disable_caches=False),
+    ):
         torch._dynamo.reset()
         torch.compile(model)(x).square().mean().backward()
         assert solver.last_result is not None  # cold: the partitioner asked remat

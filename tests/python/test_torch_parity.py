@@ -114,9 +114,9 @@ def test_parity_with_torch_solvers(shape):
         f"{shape}: 300 instances, torch sliding_hirschberg over budget on {len(sliding_over_budget)}"
     )
     if shape == "issue_197871":
-        assert (
-            sliding_over_budget
-        ), "torch 2.13's sliding_hirschberg is expected to go over budget here"
+        assert sliding_over_budget, (
+            "torch 2.13's sliding_hirschberg is expected to go over budget here"
+        )
 
 
 def test_greedy_matches_torch_greedy_where_quantization_is_exact():

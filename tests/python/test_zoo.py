@@ -128,13 +128,20 @@ def _trainer_run(model, tmp_path, label):
     pytest.importorskip("accelerate")
     g = torch.Generator().manual_seed(4)
     rows = [
-        {"input_ids": ids, "labels": ids}
-        for ids in torch.randint(0, 512, (8, 32), generator=g)
+        {"input_ids": ids, "labels": ids} for ids in torch.randint(0, 512, (8, 32), generator=g)
     ]
     arguments = transformers.TrainingArguments(
-        output_dir=str(tmp_path / label), max_steps=3, per_device_train_batch_size=2,
-        learning_rate=1e-3, seed=7, report_to=[], use_cpu=True, save_strategy="no",
-        logging_strategy="steps", logging_steps=1, disable_tqdm=True,
+        output_dir=str(tmp_path / label),
+        max_steps=3,
+        per_device_train_batch_size=2,
+        learning_rate=1e-3,
+        seed=7,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        logging_strategy="steps",
+        logging_steps=1,
+        disable_tqdm=True,
     )
     trainer = transformers.Trainer(model=model, args=arguments, train_dataset=rows)
     trainer.train()

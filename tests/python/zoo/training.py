@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -61,7 +60,8 @@ def differences(a: Run, b: Run) -> list[str]:
             out.append(f"loss of step {step}: {x.item()} != {y.item()}")
     for step, (gx, gy) in enumerate(zip(a.grads, b.grads)):
         bad = [
-            i for i, (x, y) in enumerate(zip(gx, gy))
+            i
+            for i, (x, y) in enumerate(zip(gx, gy))
             if (x is None) != (y is None) or x is not None and not torch.equal(x, y)
         ]
         if bad:
