@@ -59,16 +59,37 @@ def solve(
     max_planner_bytes: int | None = None,
     on_memory_limit: str = "best",
 ) -> Result:
-    """Chooses which ops to save so that saved memory fits ``max_memory`` and saved runtime is
+    """Chooses which ops to save so that saved memory fits `max_memory` and saved runtime is
     maximal (``exact``, ``sliding_hirschberg``, ``dp``) or good (``greedy``).
 
     Memory is quantized exactly as torch does (``round(m * scale)``). The GIL is released while
-    the core solves. Raises ValueError/TypeError for bad input (the CLI's messages) and
-    MemoryError (:class:`PlannerMemoryError`) when a table solver would exceed
-    ``max_planner_bytes``. When ``exact`` reaches that cap it returns its best plan with a valid
-    ``upper_bound`` and status ``"memory_limit"`` (``on_memory_limit="best"``, the default), or
-    raises :class:`PlannerMemoryError` (``on_memory_limit="raise"``). A plan that meets its bound
-    is ``"optimal"`` whichever limit stopped the search.
+    the core solves. A plan that meets its bound is ``"optimal"`` whichever limit stopped the
+    search.
+
+    Args:
+        memory: each item's memory (the bytes saving it costs), as torch gives it.
+        runtime: each item's runtime (what saving it spares).
+        max_memory: the budget, in memory's unit.
+        solver: "exact", "sliding_hirschberg", "dp" or "greedy".
+        scale: the quantization, as torch's (10^4).
+        time_limit: seconds; ``exact`` returns its best plan and a valid bound at the limit.
+        max_planner_bytes: the planner-memory cap (default: half of physical RAM).
+        on_memory_limit: "best" (``exact`` returns its best plan with status
+            "memory_limit" at the cap) or "raise" (:class:`PlannerMemoryError`).
+
+    Returns:
+        The plan: ``saved`` and ``recomputed`` indices, ``max_runtime`` (the runtime saved),
+        ``status`` and ``upper_bound``.
+
+    Raises:
+        ValueError: bad input, naming the field and index (the CLI's messages).
+        PlannerMemoryError: a table solver would exceed `max_planner_bytes` (a MemoryError).
+
+    Example:
+        ```python
+        result = remat.solve([2, 3, 2, 4, 1], [1, 2, 1, 3, 2], 5)
+        assert result.saved == [3, 4] and result.status == "optimal"
+        ```
     """
     if not isinstance(solver, str):
         raise TypeError(f"solver: expected a string, got {type(solver).__name__}")
@@ -127,9 +148,29 @@ def pareto(
 ) -> ParetoFront:
     """Every breakpoint of best saved runtime against budget, in one Nemhauser-Ullmann pass.
 
-    Its work can grow with min(capacity, 2^n) per item: a front is exact only once every item is
-    in, so past ``time_limit`` seconds it raises :class:`remat.WorkLimitError` (a TimeoutError).
-    Ctrl-C stops it (KeyboardInterrupt) within about 50 ms."""
+    Its work can grow with min(capacity, 2^n) per item, and a front is exact only once every
+    item is in. Ctrl-C stops it (KeyboardInterrupt) within about 50 ms.
+
+    Args:
+        memory: each item's memory.
+        runtime: each item's runtime.
+        max_memory: the largest budget on the front.
+        scale: the quantization, as torch's (10^4).
+        max_planner_bytes: the planner-memory cap (default: half of physical RAM).
+        time_limit: seconds.
+
+    Returns:
+        The front: ``budgets`` and the best ``max_runtime`` at each.
+
+    Raises:
+        remat.WorkLimitError: past `time_limit` (a TimeoutError).
+
+    Example:
+        ```python
+        front = remat.pareto([2, 3, 2, 4, 1], [1, 2, 1, 3, 2], 5)
+        assert list(front.max_runtime) == [0.0, 2.0, 3.0, 4.0, 5.0]
+        ```
+    """
     scale = number(scale, "scale")
     if time_limit is not None:
         time_limit = number(time_limit, "time_limit")

@@ -174,25 +174,6 @@ def test_inductor_within_its_stated_excess_over_byte_budgets():
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
 
 
-def test_the_readme_compile_example_runs_as_written(tmp_path, monkeypatch):
-    """The README's torch.compile block, verbatim: tradeoff(), plot_tradeoff(), fit() and a
-    compile under use() (it failed as written before: remat.plot was not imported, and the
-    names it used were not defined)."""
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("### torch.compile to a budget in bytes") :]
-    block = section.split("```python\n", 1)[1].split("```", 1)[0]
-    monkeypatch.chdir(tmp_path)
-    torch._dynamo.reset()
-    names: dict = {}
-    with warnings.catch_warnings():
-        warnings.filterwarnings("error", message=r"remat\.torch")  # the same graph as surveyed
-        exec(compile(block, "README.md", "exec"), names)
-    torch._dynamo.reset()
-    assert (tmp_path / "tradeoff.png").stat().st_size > 1000
-    assert names["fitted"].measured <= names["budget"]
-    assert all(p.grad is not None for p in names["model"].parameters())
-
-
 def test_fit_finds_a_budget_that_holds_as_measured_on_inductor(capsys):
     """On the Llama-style model inductor's step measures above the prediction (one more
     logits-sized buffer at the backward's peak): between the two, use() alone misses the budget

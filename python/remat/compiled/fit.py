@@ -87,9 +87,37 @@ def fit(
     **example_kwargs: Any,
 ) -> Fit:
     """The ``use(memory_budget=...)`` target under which ``loss(model(*example_inputs))``,
-    compiled with ``backend``, measures within ``memory_budget`` on one step (see the module
-    docstring). Raises BudgetNotMet, naming the least measured peak, when no attempt does;
-    gradients are cleared after each step. Calls ``torch._dynamo.reset()`` before each compile."""
+    compiled with `backend`, measures within `memory_budget` on one step.
+
+    It compiles at the budget, measures one step, and while the step is over it compiles again
+    at a lower target (the plan's prediction less the excess it measured, or the least plan);
+    each attempt is one compile and two steps (see the module docstring). Gradients are
+    cleared after each step; ``torch._dynamo.reset()`` runs before each compile.
+
+    Args:
+        model: the model (or any callable) to compile.
+        *example_inputs: its positional arguments.
+        memory_budget: the step's peak as measured, in bytes or with a unit.
+        backend: torch.compile's backend.
+        loss: turns the output into the loss (default: its mean).
+        max_attempts: the most compiles tried.
+        verbose: a line on stderr per attempt.
+        **example_kwargs: its keyword arguments.
+
+    Returns:
+        The fit: ``memory_budget`` (the target to give ``use()``), the step's ``measured``
+        peak, and every attempt.
+
+    Raises:
+        BudgetNotMet: no attempt measured within the budget; it names the least measured peak.
+
+    Example:
+        ```python
+        fitted = remat.torch.fit(model, x, memory_budget="6GiB", loss=loss_fn)
+        with remat.torch.use(memory_budget=fitted.memory_budget):
+            train_step(x).backward()
+        ```
+    """
     from .tradeoff import _default_loss, compile_and_measure
 
     budget = parse_bytes(memory_budget)

@@ -235,10 +235,29 @@ class use:
     least-recompute plan whose predicted peak fits, the peak of everything its forward and
     backward allocate (activations, recomputed tensors, the backward's working set and the
     gradients it returns; not parameters, inputs or optimizer state). It routes every graph to
-    remat by setting ``activation_memory_budget`` just above 0, and raises
-    :class:`BudgetTooSmall` at compile time, naming the least predicted peak, when nothing fits.
-    The budget holds for each compiled graph on its own: with a graph break, their sum can
-    exceed it (a warning says so). ``max_candidates`` caps the plans predicted per graph.
+    remat by setting ``activation_memory_budget`` just above 0. The budget holds for each
+    compiled graph on its own: with a graph break, their sum can exceed it (a warning says so).
+    The prediction follows ``aot_eager``'s order; on inductor, :func:`fit` finds the budget
+    that holds as measured.
+
+    Args:
+        solver: "exact" (the default), "sliding_hirschberg", "dp" or "greedy".
+        time_limit: seconds for each knapsack solve (None: no limit).
+        memory_budget: a byte budget for each compiled graph's peak (None: torch's ratio).
+        max_candidates: the most plans predicted per graph.
+
+    Returns:
+        As a context manager, the installed :class:`RematKnapsackSolver`, whose ``choices``
+        record each graph's choice.
+
+    Raises:
+        BudgetTooSmall: at compile time, naming the least predicted peak, when no plan fits.
+
+    Example:
+        ```python
+        with remat.torch.use(memory_budget="6GiB"):
+            torch.compile(model)(x).sum().backward()
+        ```
     """
 
     def __init__(

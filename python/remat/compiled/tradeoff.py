@@ -102,17 +102,36 @@ def tradeoff(
     verbose: bool = True,
     **example_kwargs: Any,
 ) -> Tradeoff:
-    """Compiles ``model`` once and predicts every candidate plan's step peak; then compiles and
-    measures ``measure`` points of the curve (0 to skip), spread from the highest peak to the
-    lowest. The model and ``loss`` are compiled together, so the peak covers the loss too; a step
-    is ``loss(model(*example_inputs, **example_kwargs)).backward()``, and gradients are cleared
-    after each one. Calls ``torch._dynamo.reset()`` before each compile,
-    since torch.compile's caches do not see the budget. ``verbose``: a line on stderr per
-    compile, with the time the rest will take (each measured point is one more compile).
+    """Compiles `model` once and predicts every candidate plan's step peak; then compiles and
+    measures `measure` points of the curve, spread from the highest peak to the lowest.
 
-    Compile what you will train: a later ``use(memory_budget=...)`` warns when it partitions
-    another graph than this one (the model compiled without its loss, another output), since
-    the curve does not describe that graph."""
+    The model and `loss` are compiled together, so the peak covers the loss too; a step is
+    ``loss(model(*example_inputs, **example_kwargs)).backward()``, and gradients are cleared
+    after each one. Calls ``torch._dynamo.reset()`` before each compile, since torch.compile's
+    caches do not see the budget. Compile what you will train: a later
+    ``use(memory_budget=...)`` warns when it partitions another graph than this one (the model
+    compiled without its loss, another output), since the curve does not describe that graph.
+
+    Args:
+        model: the model (or any callable) to compile.
+        *example_inputs: its positional arguments.
+        backend: torch.compile's backend.
+        measure: points of the curve compiled and measured (0: none).
+        loss: turns the output into the loss (default: its mean).
+        max_candidates: the most plans predicted per graph.
+        verbose: a line on stderr per compile, with the time the rest will take.
+        **example_kwargs: its keyword arguments.
+
+    Returns:
+        The curve: each plan's predicted peak and recompute, the measured points, and the
+        time each planning step took; ``remat.plot.plot_tradeoff`` draws it.
+
+    Example:
+        ```python
+        curve = remat.torch.tradeoff(model, x, loss=loss_fn, measure=1)
+        print(curve)
+        ```
+    """
 
     say = _progress(verbose)
     torch._dynamo.reset()

@@ -45,11 +45,26 @@ def profile_layers(
     layer's activations at a time; each runs 1 + `repeats` times and its forward time is the
     least of them (the first run, which also records what is saved, includes warm-up). With
     `granularity="op"` that first run also records the layer's ops (ops.measure_with_ops),
-    and SAC's modes are measured once per kind of layer (ops.ModesCache). Storages of
-    parameters and buffers (of the modules among `functions` and in `exclude`) are not
-    activations and are not counted. The RNG state and module buffers are restored afterwards.
-    `alone=False` (ranks planning together; the default under a process group) takes none of
-    ModesCache's shortcuts, which timings decide: every rank runs each layer as often."""
+    and SAC's modes are measured once per kind of layer (ops.ModesCache). The RNG state and
+    module buffers are restored afterwards.
+
+    Args:
+        functions: the layers, each taking the previous one's output.
+        input: the first layer's input.
+        repeats: timed runs of each layer besides the first.
+        exclude: modules whose parameters and buffers are not activations (those of the
+            modules among `functions` never are).
+        names: the layers' names (default: their modules' classes).
+        granularity: "block" (the default here) or "op", which also records each layer's ops
+            and menu for op-level plans.
+        alone: False when ranks plan together (the default under a process group): none of
+            ModesCache's shortcuts, which timings decide, so every rank runs each layer as
+            often.
+
+    Returns:
+        The profile: per layer its saved bytes, output bytes and forward seconds; its JSON
+        (``to_json()``) is what ``remat eager`` reads.
+    """
     functions = list(functions)
     if repeats < 0:
         raise ValueError(f"repeats: must be >= 0, got {repeats}")

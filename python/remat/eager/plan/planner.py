@@ -69,7 +69,22 @@ def plan_profile(
     budget is the stage's: (m - 1) microbatches' bytes held after their forward plus one
     microbatch's peak must fit. The plan is the least-recompute one among per-microbatch
     budgets from budget / m (which always fits, held <= peak) up to the budget, searched by
-    bisection on that stage peak."""
+    bisection on that stage peak.
+
+    Args:
+        profile: the measured chain (:func:`profile_layers`, ``Measurement.profile``, or
+            ``Profile.from_json``).
+        memory_budget: the peak of saved activations (the stage's, with m > 1), in bytes or
+            with a unit.
+        slots: the planner's memory resolution (None: exact).
+        microbatches_in_flight: m, the microbatches whose activations the stage holds at once.
+
+    Returns:
+        The plan, with its predicted peak, recompute, and the least budget any plan reaches.
+
+    Raises:
+        remat.InputError: the budget is below that least budget (stating it).
+    """
     budget = parse_bytes(memory_budget)
     check_planner_options(slots, microbatches_in_flight)
     m = microbatches_in_flight

@@ -390,26 +390,48 @@ def auto_checkpoint(
 ) -> AutoCheckpoint:
     """Makes every training step of `model` follow a checkpoint plan for `memory_budget`.
 
-    `blocks`: a dotted path ("layers", "model.encoder.layer"), a container, or a list of
-    modules; by default the model's repeated blocks (see :func:`remat.eager.find_blocks`), and
-    ``handle.blocks`` says which were chosen (logged on the "remat" logger at INFO;
-    ``verbose=True`` prints it). Each block is wrapped
-    on its own; parameters, state_dict and hooks are untouched; ``remove()`` undoes it.
+    Each block is wrapped on its own; parameters, state_dict and hooks are untouched, and
+    ``handle.remove()`` undoes it. The first step for each input signature measures the blocks
+    and plans; later steps follow the plan.
 
-    With `example_inputs` (and `example_kwargs`), one forward pass is measured now, so a budget
-    below the least feasible one raises ``remat.InputError`` here, stating that least budget;
-    otherwise that happens at the first training step.
+    Args:
+        model: the model whose calls are training steps.
+        memory_budget: the peak of the blocks' saved activations, in bytes or with a unit
+            ("2GiB", "1.5GB"; see :func:`remat.units.parse_bytes`).
+        blocks: a dotted path ("layers", "model.encoder.layer"), a container, or a list of
+            modules; by default the model's repeated blocks (see
+            :func:`remat.eager.find_blocks`). ``handle.blocks`` says which were chosen (logged
+            on the "remat" logger at INFO).
+        slots: the planner's memory resolution (None: exact).
+        tune: time the candidate plans of a stock ``nn.Sequential`` and keep the fastest.
+        example_inputs: positional arguments of one forward pass measured now, so that a budget
+            below the least feasible one raises here rather than at the first step.
+        example_kwargs: keyword arguments of that forward pass.
+        verbose: print which blocks were chosen.
+        microbatches_in_flight: for a pipeline stage whose schedule keeps that many
+            microbatches' activations at once (1F1B: up to the number of stages), the budget is
+            the stage's peak over all of them.
+        plan_group: under an initialized process group, the ranks that plan from one agreed
+            profile and check their plans equal (None: all ranks; a ProcessGroup; "local":
+            this rank alone). See :mod:`remat._distributed`.
+        granularity: "op" (the default) also considers selective checkpointing of single
+            blocks, torch's SAC keeping the outputs of the ops the planner picks; "block" plans
+            whole-block regions only.
 
-    `granularity="op"` (the default) also considers selective checkpointing of single blocks:
-    torch's SAC keeping the outputs of the ops the planner picks (see
-    :mod:`remat.eager.measure.ops`); ``"block"`` plans whole-block regions only.
+    Returns:
+        The handle: its ``plan``, ``plans``, ``blocks`` and ``warnings``, and ``remove()``.
 
-    Pipeline parallelism: for a stage whose schedule keeps `microbatches_in_flight` microbatches'
-    activations at once (1F1B: up to the number of stages), the budget is the stage's peak over
-    all of them. Data parallelism: under an initialized process group every rank of
-    `plan_group` (default: all ranks; a ProcessGroup such as one stage's data-parallel replicas;
-    "local" for none) plans from one agreed profile, and the plans are checked equal, so FSDP's
-    gathers for re-runs match across ranks (see :mod:`remat._distributed`)."""
+    Raises:
+        remat.InputError: the budget is below the least any plan reaches (stating it), with
+            example inputs here, otherwise at the first training step.
+
+    Example:
+        ```python
+        handle = remat.torch.auto_checkpoint(model, memory_budget="2GiB")
+        loss_fn(model(batch)).backward()  # this step and every later one fit the budget
+        print(handle.plan)
+        ```
+    """
     if example_inputs is not None and not isinstance(example_inputs, (tuple, list)):
         raise TypeError(
             "example_inputs: expected a tuple of the model's positional arguments, got "

@@ -89,8 +89,29 @@ def measure(
 
     Gradients are returned, not accumulated (``.grad`` stays as it was); module buffers
     (BatchNorm statistics) and the RNG are restored. Measuring holds one block's activations at
-    a time beyond the least-memory plan. Prints the table unless ``verbose=False``. Under a
-    process group the ranks of `plan_group` report one agreed profile ("local": this rank's)."""
+    a time beyond the least-memory plan.
+
+    Args:
+        model: the model, called as in training.
+        *args: its positional arguments.
+        blocks: which blocks, as :func:`auto_checkpoint` takes them (default: found).
+        loss_fn: turns the model's output into the loss (default: its mean, or the ``loss``
+            of a Hugging Face output).
+        verbose: print the table.
+        plan_group: under a process group, the ranks that report one agreed profile
+            ("local": this rank's).
+        **kwargs: its keyword arguments.
+
+    Returns:
+        The measurement: per block bytes and times, ``least_budget_bytes`` and
+        ``no_checkpoint_bytes`` (the range of budgets worth giving auto_checkpoint).
+
+    Example:
+        ```python
+        measured = remat.torch.measure(model, batch)
+        remat.torch.auto_checkpoint(model, memory_budget=measured.least_budget_bytes)
+        ```
+    """
     chosen = find_blocks(model, blocks)
     # Planned as auto_checkpoint plans it (call by call, or a stock nn.Sequential as one chain
     # with nested regions), so the budgets reported are the ones it accepts.

@@ -82,16 +82,38 @@ def checkpoint_sequential(
     """torch.utils.checkpoint.checkpoint_sequential with a memory budget instead of a segment
     count: the least-recompute nested checkpoint plan whose saved-for-backward bytes fit.
 
-    Parameters and buffers of the modules among `functions` (or bound to them) are not counted
-    as activations; functions that reach modules some other way (a lambda calling one) hide
-    them, so pass those modules (or the model) as `exclude`, or their weights count as saved
-    bytes.
-
     The first call for a given set of functions, input shape and dtype, and budget measures the
     layers (see :func:`profile_layers`) and plans; later calls reuse the plan. Pass the same
     function objects each step (a new lambda each call is profiled each call). With grad
-    disabled the layers simply run. Under a process group the ranks of `plan_group` agree on
-    one plan (see :func:`plan`)."""
+    disabled the layers simply run.
+
+    Args:
+        functions: the layers, each taking the previous one's output (modules, partials or
+            functions), or an ``nn.Sequential``.
+        input: the first layer's input.
+        memory_budget: the peak of saved activations, in bytes or with a unit ("1.5GB").
+        profile: a profile measured before (default: measured now).
+        slots: the planner's memory resolution (None: exact).
+        tune: time the planner's plan and torch's uniform segmentations that fit, and keep
+            the fastest.
+        plan_group: under a process group, the ranks that agree on one plan (see :func:`plan`).
+        granularity: "op" also considers keeping some of a layer's ops (torch's SAC); "block"
+            re-runs whole layers only.
+        exclude: modules whose parameters and buffers are not activations, for functions that
+            reach them some other way than being or binding them (a lambda calling one).
+
+    Returns:
+        The last layer's output.
+
+    Raises:
+        remat.InputError: the budget is below the least any plan reaches (stating it).
+
+    Example:
+        ```python
+        y = remat.torch.checkpoint_sequential(model.layers, x, memory_budget="1.5GB")
+        y.sum().backward()
+        ```
+    """
     functions, exclude = list(functions), list(exclude)
     if not torch.is_grad_enabled():
         for function in functions:
@@ -160,12 +182,28 @@ def plan(
     is kept: the planner's time model is forward time, which the hardware does not always
     honour (on CPU a re-run just before its backward finds its activations in cache).
 
-    Under an initialized process group, every rank of `plan_group` (default: all) plans from
-    one profile and one set of tuning timings and the plans are checked equal (see
-    :mod:`remat._distributed`); ``plan_group="local"`` plans on this rank alone.
+    Args:
+        functions: the layers, as :func:`checkpoint_sequential` takes them.
+        input: the first layer's input (None with a `profile`: plan without running).
+        memory_budget: the peak of saved activations, in bytes or with a unit.
+        profile: a profile measured before (default: measured now).
+        slots: the planner's memory resolution (None: exact).
+        tune: time the candidates and keep the fastest.
+        exclude: modules whose parameters and buffers are not activations.
+        names: the layers' names in the plan's table.
+        microbatches_in_flight: a pipeline stage's microbatches held at once (see
+            :func:`plan_profile`).
+        plan_group: under an initialized process group, every rank of it (default: all)
+            plans from one profile and one set of tuning timings and the plans are checked
+            equal (see :mod:`remat._distributed`); "local" plans on this rank alone.
+        granularity: "op" or "block", as in :func:`checkpoint_sequential`.
 
-    Raises ``remat.InputError`` (a ValueError) stating the least feasible budget when
-    `memory_budget` is below it."""
+    Returns:
+        The plan; ``print(plan)`` shows it as a table.
+
+    Raises:
+        remat.InputError: the budget is below the least any plan reaches (stating it).
+    """
     functions = list(functions)
     check_planner_options(slots, microbatches_in_flight)  # before profiling, which takes long
     if profile is None:
@@ -194,9 +232,19 @@ def plan(
 
 
 def run_plan(functions: Sequence[Callable[[Any], Any]], plan: Plan, input: Any) -> Any:
-    """Runs `functions` on `input` through `plan`'s checkpoint regions. An input of other
-    shapes or dtypes than the plan was made for runs too, with a warning: what it saves (so the
-    peak) is not what the plan predicted."""
+    """Runs `functions` on `input` through `plan`'s checkpoint regions.
+
+    An input of other shapes or dtypes than the plan was made for runs too, with a warning:
+    what it saves (so the peak) is not what the plan predicted.
+
+    Args:
+        functions: the layers the plan was made for.
+        plan: a plan from :func:`plan` or :func:`plan_profile`.
+        input: the first layer's input.
+
+    Returns:
+        The last layer's output.
+    """
     functions = list(functions)
     if len(functions) != len(plan.profile.layers):
         raise ValueError(
