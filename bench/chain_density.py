@@ -101,7 +101,7 @@ def write(results, path):
             "splits unresolved, and samples every 2 units (half the table) "
             f"{span(lambda d: d['unresolved_by_samples']['2'] / d['splits'])}; a real",
             "coarse-to-fine fill, which prunes against rows still being filled, does worse. The",
-            "band program (profile_planner.cpp) already skips every split and block of memory",
+            "band program (src/chain/band/) already skips every split and block of memory",
             "values that the exact least values and finite starts of its parts rule out.",
         ]
     lines += [

@@ -212,7 +212,7 @@ def write_readme(rows, sweep, args, load):
     lines = [
         "# Heterogeneous chain planner: band program against the full table",
         "",
-        "`remat chain --profile` plans with `plan_profile` (src/chain/profile_planner.cpp), which",
+        "`remat chain --profile` plans with `plan_profile` (src/chain/band/), which",
         "fills the dynamic program only on a band of states and certifies that the states outside",
         "cannot be optimal or tied; `plan_profile_reference` (src/chain/profile_reference.cpp) is",
         "the full O(n^3 C) table it replaced. Times are of the planning call alone (median wall",
@@ -274,7 +274,7 @@ def write_readme(rows, sweep, args, load):
             "activation bytes (10-15 average layers' outputs for 1000 layers) optimal first-pass",
             "segments run a hundred layers and more, and the optimum recomputes about 2.2 times the",
             "forward pass. There the bounds on a derivation with a segment too long for the band",
-            "((b) and the splitting lemma (c) in profile_planner.cpp) stay a few percent under the",
+            "((b) and the splitting lemma (c) in docs/design/chain_planner.md) stay a few percent under the",
             "optimum, but the cost of the first pass up to the segment's start makes up for it at",
             "all start points except a few near the chain's start. A band that fails lengthens the",
             "segments of those start points only (2 to 165 of 1000 on these profiles), where it",

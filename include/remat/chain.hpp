@@ -139,7 +139,7 @@ struct ProfilePlan {
 
 // The least recompute time that fits `budget_bytes`, by an exact dynamic program over
 // (segment, memory in units), filled on a band of its states that widens until a lower bound
-// certifies that no state outside it is optimal or tied (profile_planner.cpp): the objective and
+// certifies that no state outside it is optimal or tied (src/chain/band/): the objective and
 // the plan are those of the full program, bit for bit. The unit is floor(budget / slots) bytes, so
 // the budget holds `slots` units (a few more when the budget is under slots * (slots + 1) bytes),
 // except when that is no more than the sizes' greatest common divisor D: then the unit is D, every

@@ -52,87 +52,17 @@
 #include <string>
 #include <vector>
 
+#include "chain/eager_chain.hpp"
 #include "common/text.hpp"
 #include "remat/eager.hpp"
 #include "remat/errors.hpp"
-
 namespace remat::eager {
 
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-std::size_t at(std::int64_t i) {
-  return static_cast<std::size_t>(i);
-}
-
-// Sizes and prefix sums of one profile, in bytes or in rounded units.
-class Chain {
- public:
-  Chain(const Profile& profile, std::int64_t unit) : n_(std::ssize(profile.layers)) {
-    time_prefix_.assign(at(n_) + 1, 0.0);
-    for (std::int64_t i = 0; i < n_; ++i) {
-      const Layer& layer = profile.layers[at(i)];
-      boundary_.push_back(round_up(layer.output_bytes, unit));
-      inner_.push_back(round_up(layer.saved_bytes + layer.output_bytes, unit));
-      last_.push_back(
-          round_up(layer.saved_bytes + (layer.saves_output ? layer.output_bytes : 0), unit));
-      time_prefix_[at(i) + 1] = time_prefix_[at(i)] + layer.forward_time;
-      option_start_.push_back(std::ssize(held_));
-      for (const Option& option : layer.options) {
-        held_.push_back(round_up(option.held_bytes, unit));
-        option_cost_.push_back(option.recompute_time + profile.region_overhead);
-      }
-    }
-    option_start_.push_back(std::ssize(held_));
-    input_ = round_up(profile.input_bytes, unit);
-    overhead_ = profile.region_overhead;
-    max_region_layers_ = profile.max_region_layers;
-  }
-
-  std::int64_t layers() const { return n_; }
-  std::int64_t input() const { return input_; }
-  // What plain layer j keeps inside segment ..t: its saved bytes and, unless it ends the
-  // segment without saving it, its output.
-  std::int64_t kept(std::int64_t j, std::int64_t t) const {
-    return j < t ? inner_[at(j)] : last_[at(j)];
-  }
-  std::int64_t boundary(std::int64_t j) const { return boundary_[at(j)]; }
-  // The last layer a region starting at s may end on, inside a segment ending at t (a region
-  // never covers its whole segment).
-  std::int64_t last_region_end(std::int64_t s, std::int64_t t) const {
-    return max_region_layers_ > 0 ? std::min(t - 1, s + max_region_layers_ - 1) : t - 1;
-  }
-  // What region first..last costs besides its nested regions: its re-run and its overhead.
-  double region_cost(std::int64_t first, std::int64_t last) const {
-    return time_prefix_[at(last) + 1] - time_prefix_[at(first)] + overhead_;
-  }
-  // Layer j's options: how many, what option k holds besides the layer's output until its
-  // re-run, and what that re-run costs (its recompute time and the region overhead).
-  std::int64_t options(std::int64_t j) const {
-    return option_start_[at(j) + 1] - option_start_[at(j)];
-  }
-  std::int64_t held(std::int64_t j, std::int64_t k) const {
-    return held_[at(option_start_[at(j)] + k)];
-  }
-  double option_cost(std::int64_t j, std::int64_t k) const {
-    return option_cost_[at(option_start_[at(j)] + k)];
-  }
-
- private:
-  static std::int64_t round_up(std::int64_t bytes, std::int64_t unit) {
-    return bytes / unit + (bytes % unit != 0 ? 1 : 0);
-  }
-
-  std::int64_t n_;
-  std::int64_t input_ = 0;
-  double overhead_ = 0;
-  std::int64_t max_region_layers_ = 0;
-  std::vector<std::int64_t> boundary_, inner_, last_;
-  std::vector<double> time_prefix_;
-  std::vector<std::int64_t> option_start_, held_;  // layer j's options: option_start_[j]..[j + 1]
-  std::vector<double> option_cost_;
-};
+using chain_model::at;
+using chain_model::Chain;
+using chain_model::kInf;
 
 // Index of segment (s, t), s <= t, in a packed upper triangle.
 std::size_t pair_index(std::int64_t n, std::int64_t s, std::int64_t t) {
@@ -338,138 +268,6 @@ class TimeProgram {
   std::vector<double> cost_;
 };
 
-// The regions as a tree: children[i] lists the regions directly inside region i (the last
-// entry, index regions.size(), stands for the whole chain).
-std::vector<std::vector<std::size_t>> nest(const std::vector<Region>& regions,
-                                           const Profile& profile) {
-  const std::int64_t n = std::ssize(profile.layers);
-  const std::int64_t max_region_layers = profile.max_region_layers;
-  std::vector<std::size_t> order(regions.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    const Region& x = regions[a];
-    const Region& y = regions[b];
-    return x.first != y.first ? x.first < y.first : x.last > y.last;
-  });
-  const std::size_t root = regions.size();
-  std::vector<std::vector<std::size_t>> children(regions.size() + 1);
-  std::vector<std::size_t> open{root};  // the chain of enclosing regions
-  auto bounds = [&](std::size_t i) {
-    return i == root ? std::pair<std::int64_t, std::int64_t>{0, n - 1}
-                     : std::pair{regions[i].first, regions[i].last};
-  };
-  for (std::size_t i : order) {
-    const Region& r = regions[i];
-    if (r.first < 0 || r.last >= n || r.first > r.last) {
-      throw InputError("regions", i,
-                       "layers " + text::integer(r.first) + ".." + text::integer(r.last) +
-                           " are not inside the chain of " + text::integer(n) + " layers");
-    }
-    if (max_region_layers > 0 && r.last - r.first + 1 > max_region_layers) {
-      throw InputError("regions", i,
-                       "spans " + text::integer(r.last - r.first + 1) +
-                           " layers; max_region_layers allows " + text::integer(max_region_layers));
-    }
-    while (bounds(open.back()).second < r.first) open.pop_back();
-    const auto [first, last] = bounds(open.back());
-    if (r.last > last) {
-      throw InputError("regions", i, "overlaps another region without nesting in it");
-    }
-    if (r.first == first && r.last == last) {
-      throw InputError("regions", i,
-                       open.back() == root ? "covers the whole chain (it saves nothing)"
-                                           : "repeats the layers of the region around it");
-    }
-    if (r.option != -1) {
-      const std::string option = "option " + text::integer(r.option);
-      const std::int64_t count = std::ssize(profile.layers[at(r.first)].options);
-      if (r.option < 0 || r.option >= count) {
-        throw InputError("regions", i,
-                         option + " is not one of layer " + text::integer(r.first) + "'s " +
-                             text::integer(count) + " options (-1: the whole layer re-runs)");
-      }
-      if (r.first != r.last) {
-        throw InputError("regions", i,
-                         option + " on a region of " + text::integer(r.last - r.first + 1) +
-                             " layers; options apply to single-layer regions only");
-      }
-      if (open.back() != root) {
-        throw InputError("regions", i,
-                         option + " on a region inside region " + text::integer(open.back()) +
-                             "; options apply only to regions outside every other region");
-      }
-      if (r.last == last) {
-        throw InputError("regions", i,
-                         option +
-                             " on the chain's last layer (the end of its segment): its "
-                             "re-run would come at once and save nothing");
-      }
-    }
-    children[open.back()].push_back(i);
-    open.push_back(i);
-  }
-  return children;
-}
-
-class Evaluator {
- public:
-  Evaluator(const Profile& profile, const std::vector<Region>& regions)
-      : chain_(profile, 1), regions_(regions), children_(nest(regions, profile)) {}
-
-  Evaluation run() const {
-    if (chain_.layers() == 0) return {chain_.input(), 0.0};
-    Evaluation e = segment(0, chain_.layers() - 1, children_.back());
-    e.peak_bytes += chain_.input();
-    return e;
-  }
-
- private:
-  // Pieces are evaluated from the last one back: each adds what it keeps to the peak of what
-  // follows it, and a region's re-run happens once everything after it is done.
-  Evaluation segment(std::int64_t s, std::int64_t t, const std::vector<std::size_t>& inner) const {
-    std::map<std::int64_t, std::size_t> starts;
-    for (std::size_t i : inner) starts[regions_[i].first] = i;
-    struct Piece {
-      std::int64_t first, last;
-      std::optional<std::size_t> region;
-    };
-    std::vector<Piece> pieces;
-    for (std::int64_t j = s; j <= t;) {
-      const auto found = starts.find(j);
-      if (found == starts.end()) {
-        pieces.push_back({j, j, std::nullopt});
-        ++j;
-      } else {
-        pieces.push_back({j, regions_[found->second].last, found->second});
-        j = regions_[found->second].last + 1;
-      }
-    }
-    Evaluation out;
-    for (auto piece = pieces.rbegin(); piece != pieces.rend(); ++piece) {
-      if (!piece->region) {
-        out.peak_bytes += chain_.kept(piece->first, t);
-        continue;
-      }
-      const Evaluation rerun = segment(piece->first, piece->last, children_[*piece->region]);
-      const std::int64_t kept = piece->last < t ? chain_.boundary(piece->last) : 0;
-      const std::int64_t option = regions_[*piece->region].option;
-      if (option >= 0) {  // a single-layer region (nest() checked): the cache is held throughout
-        const std::int64_t held = chain_.held(piece->first, option);
-        out.peak_bytes = std::max(out.peak_bytes + kept + held, rerun.peak_bytes + held);
-        out.recompute_time += chain_.option_cost(piece->first, option);
-        continue;
-      }
-      out.peak_bytes = std::max(out.peak_bytes + kept, rerun.peak_bytes);
-      out.recompute_time += chain_.region_cost(piece->first, piece->last) + rerun.recompute_time;
-    }
-    return out;
-  }
-
-  Chain chain_;
-  const std::vector<Region>& regions_;
-  std::vector<std::vector<std::size_t>> children_;
-};
-
 std::string bytes_text(std::int64_t bytes) {
   std::string out = text::bytes(bytes);
   if (bytes >= (1 << 20)) {
@@ -479,64 +277,6 @@ std::string bytes_text(std::int64_t bytes) {
 }
 
 }  // namespace
-
-void validate(const Profile& profile) {
-  if (profile.input_bytes < 0) throw InputError("input_bytes", std::nullopt, "must be >= 0");
-  if (!std::isfinite(profile.region_overhead) || profile.region_overhead < 0) {
-    throw InputError("region_overhead", std::nullopt, "must be finite and >= 0");
-  }
-  if (profile.max_region_layers < 0) {
-    throw InputError("max_region_layers", std::nullopt, "must be >= 0 (0: any length)");
-  }
-  std::int64_t total = profile.input_bytes;
-  constexpr std::int64_t kLimit = std::int64_t{1} << 60;
-  // A layer runs at most n + 1 times a step (nested regions): past this the predicted recompute
-  // time would print as null.
-  const double time_limit =
-      std::numeric_limits<double>::max() / static_cast<double>(profile.layers.size() + 2);
-  double time = 0;
-  for (std::size_t i = 0; i < profile.layers.size(); ++i) {
-    const Layer& layer = profile.layers[i];
-    if (layer.saved_bytes < 0) throw InputError("saved_bytes", i, "must be >= 0");
-    if (layer.output_bytes < 0) throw InputError("output_bytes", i, "must be >= 0");
-    if (!std::isfinite(layer.forward_time) || layer.forward_time < 0) {
-      throw InputError("forward_time", i, "must be finite and >= 0");
-    }
-    time += layer.forward_time;
-    if (!(time <= time_limit)) {
-      throw InputError("forward_time", i,
-                       "the chain's times add up past what a step's total can hold in a double");
-    }
-    total += std::min(layer.saved_bytes, kLimit);
-    if (total > kLimit) throw InputError("saved_bytes", i, "the chain's bytes add up past 2^60");
-    total += std::min(layer.output_bytes, kLimit);
-    if (total > kLimit) throw InputError("output_bytes", i, "the chain's bytes add up past 2^60");
-    std::int64_t most_held = 0;
-    double most_recompute = 0;
-    for (std::size_t k = 0; k < layer.options.size(); ++k) {
-      const Option& option = layer.options[k];
-      const std::string name = "option " + text::integer(static_cast<std::int64_t>(k));
-      if (option.held_bytes < 0) throw InputError("options", i, name + ": held_bytes must be >= 0");
-      if (!std::isfinite(option.recompute_time) || option.recompute_time < 0) {
-        throw InputError("options", i, name + ": recompute_time must be finite and >= 0");
-      }
-      most_recompute = std::max(most_recompute, option.recompute_time);
-      most_held = std::max(most_held, std::min(option.held_bytes, kLimit));
-    }
-    total += most_held;
-    if (total > kLimit) throw InputError("options", i, "the chain's bytes add up past 2^60");
-    time += most_recompute;
-    if (!(time <= time_limit)) {
-      throw InputError("options", i,
-                       "the chain's times add up past what a step's total can hold in a double");
-    }
-  }
-}
-
-Evaluation evaluate(const Profile& profile, const std::vector<Region>& regions) {
-  validate(profile);
-  return Evaluator(profile, regions).run();
-}
 
 Plan minimum_memory_plan(const Profile& profile) {
   validate(profile);
@@ -589,8 +329,8 @@ Plan plan(const Profile& profile, std::int64_t budget_bytes, std::int64_t slots,
   // them, since no finer unit finds more. At a budget equal to the least peak, layers of 8 MiB
   // each were refined to 4096 x 64 slots (115 MB of table) where 12 units of 8 MiB are exact.
   const std::int64_t exact = exact_unit(profile);
-  std::int64_t unit = std::max<std::int64_t>(
-      exact, budget_bytes / slots + (budget_bytes % slots != 0 ? 1 : 0));
+  std::int64_t unit =
+      std::max<std::int64_t>(exact, budget_bytes / slots + (budget_bytes % slots != 0 ? 1 : 0));
   std::optional<TimeProgram> solved;
   for (int refinement = 0; refinement <= 3; ++refinement) {
     const bool first = refinement == 0;

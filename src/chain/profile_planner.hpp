@@ -24,7 +24,7 @@ struct BandTuning {
   // The splitting lemma's bounds in the certificate (see fill_f); off only to show what they save.
   bool split_lemma = true;
   // Far under G, a start point's segments grow more: to the next split the lemma can take, and
-  // fourfold when very far under (kFarUnder, kVeryFarUnder in profile_planner.cpp); off only to
+  // fourfold when very far under (kFarUnder, kVeryFarUnder in band/band_program.hpp); off only to
   // show what that saves.
   bool far_under_growth = true;
   // Threads that fill a band's rows (the same values with any number), used from this many
@@ -57,5 +57,40 @@ BandValues band_values(const ChainProfile& profile, std::int64_t budget_bytes, s
 ProfilePlan plan_profile_tuned(const ChainProfile& profile, std::int64_t budget_bytes,
                                std::int64_t slots, std::size_t max_planner_bytes,
                                const BandTuning& tuning, const ActionSink& also = nullptr);
+
+// The schedule of a solved program, rebuilt from its choices: the first pass's segments
+// (`f_choice(s, m)`: where the forward from a_s with m units ends, n at the chain's end), then
+// each segment's backward, depth first (`r_choice(s, t, m)`: where segment (s, t) splits). The
+// band program and the full-table reference both emit through this.
+template <class Weight, class FirstChoice, class Choice>
+void emit_schedule(std::int64_t n, std::int64_t capacity, const Weight& w,
+                   const FirstChoice& f_choice, const Choice& r_choice, const ActionSink& sink) {
+  struct Task {
+    std::int64_t s, t, m;
+  };
+  std::vector<Task> stack;
+  std::int64_t s = 0, m = capacity;
+  while (true) {
+    const std::int64_t j = f_choice(s, m);
+    sink(Action::forward(s + 1, j));
+    stack.push_back({s, j, m});
+    if (j == n) break;
+    m -= w(s);
+    s = j;
+  }
+  while (!stack.empty()) {
+    const Task task = stack.back();
+    stack.pop_back();
+    if (task.t == task.s + 1) {
+      sink(Action::backward(task.t));
+      sink(Action::free(task.s));
+      continue;
+    }
+    const std::int64_t j = r_choice(task.s, task.t, task.m);
+    sink(Action::forward(task.s + 1, j));
+    stack.push_back({task.s, j, task.m});
+    stack.push_back({j, task.t, task.m - w(task.s)});
+  }
+}
 
 }  // namespace remat::chain::detail

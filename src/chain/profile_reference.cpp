@@ -1,5 +1,5 @@
 // The reference for the heterogeneous chain planner: the dynamic program that plan_profile ran
-// before the band program (profile_planner.cpp), kept verbatim so that tests and the benchmark
+// before the band program (src/chain/band/), kept verbatim so that tests and the benchmark
 // can compare the two. Not part of the core library (remat_chain_reference links it).
 //
 // Optimal checkpointing of a heterogeneous chain under a budget in bytes: the dynamic program of
@@ -27,6 +27,7 @@
 #include <numeric>
 #include <vector>
 
+#include "chain/profile_planner.hpp"
 #include "common/text.hpp"
 #include "remat/chain.hpp"
 #include "remat/errors.hpp"
@@ -170,33 +171,10 @@ class ProfileProgram {
   bool exact() const { return exact_; }
 
   void emit(const ActionSink& sink) const {
-    struct Task {
-      std::int64_t s, t, m;
-    };
-    std::vector<Task> segments;
-    std::int64_t s = 0, m = capacity_;
-    while (true) {
-      const std::int64_t j = f_choice(s, m);
-      sink(Action::forward(s + 1, j));
-      segments.push_back({s, j, m});
-      if (j == n_) break;
-      m -= w(s);
-      s = j;
-    }
-    std::vector<Task> stack(segments.begin(), segments.end());
-    while (!stack.empty()) {
-      const Task task = stack.back();
-      stack.pop_back();
-      if (task.t == task.s + 1) {
-        sink(Action::backward(task.t));
-        sink(Action::free(task.s));
-        continue;
-      }
-      const std::int64_t j = r_choice(task.s, task.t, task.m);
-      sink(Action::forward(task.s + 1, j));
-      stack.push_back({task.s, j, task.m});
-      stack.push_back({j, task.t, task.m - w(task.s)});
-    }
+    detail::emit_schedule(
+        n_, capacity_, [this](std::int64_t i) { return w(i); },
+        [this](std::int64_t s, std::int64_t m) { return f_choice(s, m); },
+        [this](std::int64_t s, std::int64_t t, std::int64_t m) { return r_choice(s, t, m); }, sink);
   }
 
  private:
