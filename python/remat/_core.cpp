@@ -96,13 +96,23 @@ ActionTuple action_tuple(const remat::chain::Action& a) {
   return {"?", 0, 0, true};
 }
 
-nb::dict simulation_dict(const remat::chain::Simulation& s) {
-  nb::dict out;
-  out["memory"] = s.memory;
-  out["recompute"] = s.recompute;
-  out["actions"] = s.actions;
-  out["memory_bytes"] = s.memory_bytes;
-  out["recompute_time"] = s.recompute_time;
+// A chain schedule as Python sees it: the simulator's figures, the actions, and (plans only) the
+// planner's unit and prediction.
+struct ChainSchedule {
+  std::int64_t memory = 0, recompute = 0, actions = 0, memory_bytes = 0;
+  double recompute_time = 0;
+  std::int64_t unit_bytes = 0, slots = 0;
+  double predicted_recompute_time = 0;
+  std::vector<ActionTuple> schedule;
+};
+
+ChainSchedule simulated(const remat::chain::Simulation& s) {
+  ChainSchedule out;
+  out.memory = s.memory;
+  out.recompute = s.recompute;
+  out.actions = s.actions;
+  out.memory_bytes = s.memory_bytes;
+  out.recompute_time = s.recompute_time;
   return out;
 }
 
@@ -119,7 +129,7 @@ remat::chain::ChainProfile make_profile(std::int64_t input_bytes,
   return profile;
 }
 
-nb::dict plan_profile(std::int64_t input_bytes, const std::vector<std::int64_t>& activation_bytes,
+ChainSchedule plan_profile(std::int64_t input_bytes, const std::vector<std::int64_t>& activation_bytes,
                       const std::vector<double>& forward_time, std::int64_t budget,
                       std::int64_t slots, std::size_t max_planner_bytes) {
   const auto profile = make_profile(input_bytes, activation_bytes, forward_time);
@@ -132,15 +142,15 @@ nb::dict plan_profile(std::int64_t input_bytes, const std::vector<std::int64_t>&
         max_planner_bytes ? max_planner_bytes : remat::default_max_planner_bytes(),
         [&](const remat::chain::Action& a) { schedule.push_back(action_tuple(a)); });
   }
-  nb::dict out = simulation_dict(plan.simulation);
-  out["unit_bytes"] = plan.unit_bytes;
-  out["slots"] = plan.slots;
-  out["predicted_recompute_time"] = plan.predicted_recompute_time;
-  out["schedule"] = schedule;
+  ChainSchedule out = simulated(plan.simulation);
+  out.unit_bytes = plan.unit_bytes;
+  out.slots = plan.slots;
+  out.predicted_recompute_time = plan.predicted_recompute_time;
+  out.schedule = std::move(schedule);
   return out;
 }
 
-nb::dict simulate_profile(std::int64_t input_bytes,
+ChainSchedule simulate_profile(std::int64_t input_bytes,
                           const std::vector<std::int64_t>& activation_bytes,
                           const std::vector<double>& forward_time, const std::string& strategy,
                           std::int64_t parameter) {
@@ -149,8 +159,8 @@ nb::dict simulate_profile(std::int64_t input_bytes,
   const auto sim = remat::chain::simulate(
       profile, remat::chain::parse_strategy(strategy), parameter,
       [&](const remat::chain::Action& a) { schedule.push_back(action_tuple(a)); });
-  nb::dict out = simulation_dict(sim);
-  out["schedule"] = schedule;
+  ChainSchedule out = simulated(sim);
+  out.schedule = std::move(schedule);
   return out;
 }
 
@@ -176,20 +186,27 @@ remat::eager::Profile make_eager_profile(std::int64_t input_bytes,
   return profile;
 }
 
-nb::dict eager_plan_dict(const remat::eager::Plan& plan) {
+// An eager plan as Python sees it: the regions as (first, last, depth, option) tuples, and the
+// planner's figures.
+struct EagerPlan {
   std::vector<RegionTuple> regions;
-  for (const auto& r : plan.regions) regions.emplace_back(r.first, r.last, r.depth, r.option);
-  nb::dict out;
-  out["regions"] = regions;
-  out["peak_bytes"] = plan.evaluation.peak_bytes;
-  out["recompute_time"] = plan.evaluation.recompute_time;
-  out["minimum_budget"] = plan.minimum_budget;
-  out["no_checkpoint_bytes"] = plan.no_checkpoint_bytes;
-  out["unit_bytes"] = plan.unit_bytes;
+  std::int64_t peak_bytes = 0;
+  double recompute_time = 0;
+  std::int64_t minimum_budget = 0, no_checkpoint_bytes = 0, unit_bytes = 0;
+};
+
+EagerPlan eager_plan_result(const remat::eager::Plan& plan) {
+  EagerPlan out;
+  for (const auto& r : plan.regions) out.regions.emplace_back(r.first, r.last, r.depth, r.option);
+  out.peak_bytes = plan.evaluation.peak_bytes;
+  out.recompute_time = plan.evaluation.recompute_time;
+  out.minimum_budget = plan.minimum_budget;
+  out.no_checkpoint_bytes = plan.no_checkpoint_bytes;
+  out.unit_bytes = plan.unit_bytes;
   return out;
 }
 
-nb::dict eager_plan(std::int64_t input_bytes, const std::vector<EagerLayer>& layers,
+EagerPlan eager_plan(std::int64_t input_bytes, const std::vector<EagerLayer>& layers,
                     double region_overhead, std::int64_t max_region_layers, std::int64_t budget,
                     std::int64_t slots, std::size_t max_planner_bytes) {
   const auto profile = make_eager_profile(input_bytes, layers, region_overhead, max_region_layers);
@@ -200,12 +217,12 @@ nb::dict eager_plan(std::int64_t input_bytes, const std::vector<EagerLayer>& lay
         profile, budget, slots != 0 ? slots : remat::eager::default_slots(profile.layers.size()),
         max_planner_bytes ? max_planner_bytes : remat::default_max_planner_bytes());
   }
-  return eager_plan_dict(plan);
+  return eager_plan_result(plan);
 }
 
-nb::dict eager_minimum(std::int64_t input_bytes, const std::vector<EagerLayer>& layers,
+EagerPlan eager_minimum(std::int64_t input_bytes, const std::vector<EagerLayer>& layers,
                        double region_overhead, std::int64_t max_region_layers) {
-  return eager_plan_dict(remat::eager::minimum_memory_plan(
+  return eager_plan_result(remat::eager::minimum_memory_plan(
       make_eager_profile(input_bytes, layers, region_overhead, max_region_layers)));
 }
 
@@ -248,6 +265,23 @@ NB_MODULE(_core, m) {
     }
   });
 
+  nb::class_<ChainSchedule>(m, "ChainSchedule", "A chain schedule: its figures and actions.")
+      .def_ro("memory", &ChainSchedule::memory)
+      .def_ro("recompute", &ChainSchedule::recompute)
+      .def_ro("actions", &ChainSchedule::actions)
+      .def_ro("memory_bytes", &ChainSchedule::memory_bytes)
+      .def_ro("recompute_time", &ChainSchedule::recompute_time)
+      .def_ro("unit_bytes", &ChainSchedule::unit_bytes)
+      .def_ro("slots", &ChainSchedule::slots)
+      .def_ro("predicted_recompute_time", &ChainSchedule::predicted_recompute_time)
+      .def_ro("schedule", &ChainSchedule::schedule);
+  nb::class_<EagerPlan>(m, "EagerPlan", "An eager plan: its regions and the planner's figures.")
+      .def_ro("regions", &EagerPlan::regions)
+      .def_ro("peak_bytes", &EagerPlan::peak_bytes)
+      .def_ro("recompute_time", &EagerPlan::recompute_time)
+      .def_ro("minimum_budget", &EagerPlan::minimum_budget)
+      .def_ro("no_checkpoint_bytes", &EagerPlan::no_checkpoint_bytes)
+      .def_ro("unit_bytes", &EagerPlan::unit_bytes);
   m.def("solve", &solve, "memory"_a, "runtime"_a, "max_memory"_a, "solver"_a, "scale"_a,
         "time_limit"_a.none(), "max_planner_bytes"_a, "refuse_on_memory_limit"_a = false);
   m.def("pareto", &pareto, "memory"_a, "runtime"_a, "max_memory"_a, "scale"_a,

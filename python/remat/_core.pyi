@@ -31,6 +31,26 @@ def pareto(
     time_limit: float | None,
 ) -> tuple[list[int], list[float], int]: ...
 def solvers() -> list[str]: ...
+
+class ChainSchedule:
+    memory: int
+    recompute: int
+    actions: int
+    memory_bytes: int
+    recompute_time: float
+    unit_bytes: int
+    slots: int
+    predicted_recompute_time: float
+    schedule: list[tuple[str, int, int, bool]]
+
+class EagerPlan:
+    regions: list[tuple[int, int, int, int]]
+    peak_bytes: int
+    recompute_time: float
+    minimum_budget: int
+    no_checkpoint_bytes: int
+    unit_bytes: int
+
 def default_max_planner_bytes() -> int: ...
 def plan_profile(
     input_bytes: int,
@@ -39,14 +59,14 @@ def plan_profile(
     budget: int,
     slots: int,
     max_planner_bytes: int,
-) -> dict[str, Any]: ...
+) -> ChainSchedule: ...
 def simulate_profile(
     input_bytes: int,
     activation_bytes: list[int],
     forward_time: list[float],
     strategy: str,
     parameter: int,
-) -> dict[str, Any]: ...
+) -> ChainSchedule: ...
 def optimal_chain_recompute(layers: int, memory: int) -> int | None: ...
 
 # An eager layer: (saved_bytes, output_bytes, saves_output, forward_time, options), each option
@@ -62,13 +82,13 @@ def eager_plan(
     budget: int,
     slots: int,
     max_planner_bytes: int,
-) -> dict[str, Any]: ...
+) -> EagerPlan: ...
 def eager_minimum(
     input_bytes: int,
     layers: list[_EagerLayer],
     region_overhead: float,
     max_region_layers: int,
-) -> dict[str, Any]: ...
+) -> EagerPlan: ...
 def eager_evaluate(
     input_bytes: int,
     layers: list[_EagerLayer],

@@ -326,3 +326,21 @@ def test_the_binding_stub_names_every_parameter():
         documented = getattr(remat._core, node.name).__doc__.split("\n")[0]
         names = re.findall(r"(?:\(|, )(\w+):", documented.split(") ->")[0])
         assert [a.arg for a in node.args.args] == names, node.name
+
+
+def test_the_binding_returns_typed_plans():
+    """The planners return classes with named fields, not dicts read by string keys."""
+    layers = [(100, 10, False, 1e-3, ()), (100, 10, False, 1e-3, ()), (100, 10, True, 1e-3, ())]
+    plan = remat._core.eager_plan(10, layers, 0.0, 0, 10**6, 0, 0)
+    assert isinstance(plan, remat._core.EagerPlan)
+    assert plan.regions == [] and plan.peak_bytes == plan.no_checkpoint_bytes
+    least = remat._core.eager_minimum(10, layers, 0.0, 0)
+    assert least.peak_bytes == least.minimum_budget < plan.peak_bytes
+    assert all(len(region) == 4 for region in least.regions)
+    schedule = remat._core.plan_profile(8, [8, 8, 8], [1.0, 1.0, 1.0], 24, 24, 0)
+    assert isinstance(schedule, remat._core.ChainSchedule)
+    assert schedule.memory_bytes <= 24 and schedule.schedule[0][0] == "forward"
+    simulated = remat._core.simulate_profile(8, [8, 8, 8], [1.0, 1.0, 1.0], "store-all", 0)
+    assert simulated.recompute == 0 and simulated.actions == len(simulated.schedule)
+    with pytest.raises(AttributeError):
+        plan.peak_bytes = 0  # read-only

@@ -25,15 +25,15 @@ def _plan_one(profile: Profile, budget: int, slots: int | None) -> Plan:
         0,  # 0: default
     )
     return Plan(
-        regions=tuple((first, last, depth) for first, last, depth, _ in result["regions"]),
-        options=tuple(option for *_, option in result["regions"]),
+        regions=tuple((first, last, depth) for first, last, depth, _ in result.regions),
+        options=tuple(option for *_, option in result.regions),
         memory_budget=budget,
-        predicted_peak_bytes=result["peak_bytes"],
-        predicted_recompute_seconds=result["recompute_time"],
-        minimum_budget_bytes=result["minimum_budget"],
-        no_checkpoint_bytes=result["no_checkpoint_bytes"],
+        predicted_peak_bytes=result.peak_bytes,
+        predicted_recompute_seconds=result.recompute_time,
+        minimum_budget_bytes=result.minimum_budget,
+        no_checkpoint_bytes=result.no_checkpoint_bytes,
         profile=profile,
-        predicted_stage_peak_bytes=result["peak_bytes"],
+        predicted_stage_peak_bytes=result.peak_bytes,
     )
 
 
