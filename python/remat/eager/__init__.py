@@ -25,7 +25,7 @@ from .plan.planner import plan_profile
 from .run.auto import AutoCheckpoint, auto_checkpoint
 from .run.measurement import Measurement, measure
 from .run.sequential import checkpoint_sequential, plan, run_plan
-from .types import LayerProfile, Plan, Profile
+from .types import LayerProfile, Plan, Profile, Region
 
 __all__ = [
     "AutoCheckpoint",
@@ -34,6 +34,7 @@ __all__ = [
     "Measurement",
     "Plan",
     "Profile",
+    "Region",
     "auto_checkpoint",
     "checkpoint_sequential",
     "find_blocks",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 from .policy import context_fn
 from .table import plan_table
@@ -187,11 +187,20 @@ _AFTER_THE_CHAIN = {
 }
 
 
+class Region(NamedTuple):
+    """A checkpoint region: layers first..last re-run in backward; depth 0 is outermost (a
+    region of depth d + 1 lies inside one of depth d and re-runs again in its backward)."""
+
+    first: int
+    last: int
+    depth: int
+
+
 @dataclass(frozen=True)
 class Plan:
     """Where the checkpoint regions go, and what the planner predicts for them."""
 
-    regions: tuple[tuple[int, int, int], ...]  # (first layer, last layer, depth), pre-order
+    regions: tuple[Region, ...]  # pre-order
     memory_budget: int
     predicted_peak_bytes: int
     predicted_recompute_seconds: float

@@ -8,7 +8,7 @@ from typing import Any
 
 from ... import _core
 from ...units import parse_bytes
-from ..types import Plan, Profile
+from ..types import Plan, Profile, Region
 
 
 def _plan_one(profile: Profile, budget: int, slots: int | None) -> Plan:
@@ -25,7 +25,7 @@ def _plan_one(profile: Profile, budget: int, slots: int | None) -> Plan:
         0,  # 0: default
     )
     return Plan(
-        regions=tuple((first, last, depth) for first, last, depth, _ in result.regions),
+        regions=tuple(Region(first, last, depth) for first, last, depth, _ in result.regions),
         options=tuple(option for *_, option in result.regions),
         memory_budget=budget,
         predicted_peak_bytes=result.peak_bytes,
@@ -115,8 +115,8 @@ def plan_profile(
     )
 
 
-def uniform_regions(layers: int, segments: int) -> list[tuple[int, int, int]]:
+def uniform_regions(layers: int, segments: int) -> list[Region]:
     """The regions of torch.utils.checkpoint.checkpoint_sequential(functions, segments, ...):
     segments of layers // segments layers, all but the last checkpointed."""
     size = layers // segments
-    return [(first, first + size - 1, 0) for first in range(0, size * (segments - 1), size)]
+    return [Region(first, first + size - 1, 0) for first in range(0, size * (segments - 1), size)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from ... import _core
-from ..types import Plan, core_regions
+from ..types import Plan, Region, core_regions
 from .planner import uniform_regions
 
 
@@ -31,8 +31,8 @@ def tuning_candidates(planned: Plan, max_candidates: int = 3) -> dict[str, Plan]
     for recompute, segments, regions, peak in fitting[: max(0, max_candidates - 1)]:
         candidates[f"{segments} segments"] = dataclasses.replace(
             planned,
-            regions=tuple(r[:3] for r in regions),
-            options=tuple(r[3] for r in regions),
+            regions=tuple(Region(first, last, depth) for first, last, depth, _ in regions),
+            options=tuple(option for *_, option in regions),
             predicted_peak_bytes=peak,
             predicted_recompute_seconds=recompute,
         )
