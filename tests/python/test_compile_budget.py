@@ -196,6 +196,47 @@ def test_fit_finds_a_budget_that_holds_as_measured_on_inductor(capsys):
         rt.fit(model, x, memory_budget=least // 2, loss=models.loss, verbose=False)
 
 
+def test_fit_holds_on_a_hugging_face_decoder_under_inductor():
+    """A Hugging Face LlamaForCausalLM built from a small config (masks, rotary embeddings,
+    the library's own loss), compiled with inductor: fit() finds a target under which a step
+    measures within the budget, its gradients match eager's, and a budget under every plan's
+    prediction is refused naming the least predicted peak. Every plan of this graph predicts
+    the same peak (the parameters' gradients and the logits, which the knapsack does not
+    decide, set it), so one budget that holds and one that cannot are the cases."""
+    pytest.importorskip("transformers")
+    from zoo.models import ZOO
+
+    zoo = ZOO["llama"]
+    torch.manual_seed(0)
+    model = zoo.build("sdpa")
+    model.config.use_cache = False
+    for module in model.modules():  # compiled and eager runs draw differently
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
+    model.config.attention_dropout = 0.0
+    args, kwargs = zoo.batch()
+    budget = 64 << 20
+    torch._dynamo.reset()
+    found = rt.fit(model, *args, memory_budget=budget, loss=zoo.loss, verbose=False, **kwargs)
+    assert found.measured <= budget and found.memory_budget <= budget
+    torch._dynamo.reset()
+    model.zero_grad(set_to_none=True)
+    with functorch_config.patch(enable_autograd_cache=False):
+        with rt.use(memory_budget=found.memory_budget):
+            compiled = torch.compile(lambda *a, **k: zoo.loss(model(*a, **k)), backend="inductor")
+            compiled(*args, **kwargs).backward()
+    got = grads(model)
+    model.zero_grad(set_to_none=True)
+    zoo.loss(model(*args, **kwargs)).backward()
+    for a, b in zip(got, grads(model)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    torch._dynamo.reset()
+    with pytest.raises(rt.BudgetNotMet, match="the least predicted peak of this compile is"):
+        rt.fit(
+            model, *args, memory_budget=found.measured // 2, loss=zoo.loss, verbose=False, **kwargs
+        )
+
+
 def test_a_budget_below_every_plan_raises_at_compile_time_naming_the_least_peak(curve):
     name, result = curve
     least = min(p.predicted_peak for p in result.points)
