@@ -3,5 +3,5 @@ entry points that measure, plan and run in one call.
 
 execution: nested regions on a chain; buffers: module buffers across re-runs; tuning: timing
 candidate plans; sequential: checkpoint_sequential, plan and run_plan; step, first_step,
-chain_mode and auto: auto_checkpoint's parts; measurement: remat.torch.measure.
+block_calls, chain_mode and auto: auto_checkpoint's parts; measurement: remat.torch.measure.
 """

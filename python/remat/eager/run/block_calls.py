@@ -1,0 +1,139 @@
+"""auto_checkpoint's part that runs one block call: plainly or as a checkpoint region, as the
+step's plan says, or as a region with a warning when the call is off the plan.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from .._runtime import _signature, _tensors
+from ..caches import without_caches
+from ..generators import measuring_now
+from .buffers import BufferReplay
+from .step import _Step
+
+
+class BlockCalls:
+    """AutoCheckpoint's part for one block call (see auto.py for the state it shares)."""
+
+    def _block_forward(
+        self, module: nn.Module, original: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> Any:
+        step = self._step
+        if step is None or not self._active():
+            if step is None and self._active() and not measuring_now():
+                self._warn(
+                    f"{self._name(module)} was called while the model's forward was not running "
+                    "(a method such as model.encode(), a training_step, or a loop over the "
+                    "blocks outside forward): it runs without checkpointing, and the budget is "
+                    "not kept. Call the model itself, or give auto_checkpoint the module whose "
+                    "forward calls the blocks"
+                )
+            return original(*args, **kwargs)
+        if module.training:
+            args, kwargs = self._without_caches(module, args, kwargs)
+        signature = (_signature(args, ints=True), _signature(kwargs, ints=True))
+        position = step.position
+        step.position += 1
+        if step.plan is None:
+            return self._measure_and_run(step, module, original, signature, args, kwargs)
+        planned = self._block_plans[step.plan_key]
+        expected = planned.calls[position] if position < len(planned.calls) else None
+        if expected is None or expected[0] is not module or expected[1] != signature:
+            step.off_plan = True
+            self._warn(
+                f"block call {position} ({self._name(module)}) "
+                "does not match the plan made for these inputs (another block, other argument "
+                "shapes or int values, or more calls); it runs as its own checkpoint region. An "
+                "int that does not change what the block saves (a timestep, a step count) keeps "
+                "the plan when passed as a float or a tensor"
+            )
+            return self._run(module, original, args, kwargs, checkpointed=True)
+        self.plan = step.plan
+        return self._run(
+            module,
+            original,
+            args,
+            kwargs,
+            checkpointed=position in planned.regions,
+            context_fn=planned.regions.get(position),
+        )
+
+    def _without_caches(
+        self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        args, kwargs, dropped = without_caches(module, args, kwargs)
+        if dropped and self.warn_on_dropped_caches:
+            self._warn(
+                f"{type(module).__name__} blocks were given {' and '.join(dropped)}: a "
+                "key-value cache in training is appended to again by every re-run of a block, "
+                "so remat passes "
+                + ", ".join(f"{n}={'False' if n == 'use_cache' else 'None'}" for n in dropped)
+                + " to the blocks, as Hugging Face's gradient checkpointing does. Train with "
+                "use_cache=False (model.config.use_cache = False) to silence this"
+            )
+        return args, kwargs
+
+    def _run(
+        self,
+        module: nn.Module,
+        original: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        checkpointed: bool,
+        context_fn: Callable[[], Any] | None = None,
+    ) -> Any:
+        self._inside += 1
+        try:
+            if not checkpointed:
+                return original(*args, **kwargs)
+            names = list(kwargs)
+            # Under torch.compile, AOTAutograd applies a buffer's update once, in the forward.
+            compiling = torch.compiler.is_compiling()
+            replay = None if compiling else BufferReplay([module], self._name(module))
+
+            def region(*inputs: Any) -> Any:
+                call_args = inputs[: len(args)]
+                call_kwargs = dict(zip(names, inputs[len(args) :]))
+                if replay is None:
+                    return original(*call_args, **call_kwargs)
+                return replay.run(original, *call_args, **call_kwargs)
+
+            # Keyword arguments travel as positional inputs: torch's checkpoint finds the devices
+            # whose RNG it must preserve (dropout on CUDA) among its positional arguments only,
+            # and its own keywords (debug, context_fn, ...) must not capture a block's.
+            extra = {} if context_fn is None else {"context_fn": context_fn}
+            out = checkpoint(
+                region,
+                *args,
+                *kwargs.values(),
+                use_reentrant=False,
+                preserve_rng_state=True,
+                **extra,
+            )
+            if self._step is not None and not compiling:
+                inputs = [(t, t._version) for t in _tensors((args, kwargs))]
+                self._step.region_inputs.append((self._name(module), inputs))
+            return out
+        finally:
+            self._inside -= 1
+
+    def _check_region_inputs(self, step: _Step) -> None:
+        """A region re-runs its block in backward from the inputs it was given; one changed in
+        place after the block returned makes autograd raise there, naming no block."""
+        changed = sorted(
+            {name for name, inputs in step.region_inputs if any(t._version != v for t, v in inputs)}
+        )
+        if changed:
+            self._warn(
+                f"an input of {', '.join(changed)} was changed in place after the block returned "
+                "(as `x += block(x)` or a tensor every block add_s to do); the block ran as a "
+                "checkpoint region, whose re-run in backward needs that input as it was, so "
+                "backward will raise that a variable was modified by an inplace operation. Write "
+                "it out of place (x = x + block(x)); the first step runs every block as a region "
+                "unless auto_checkpoint got example_inputs="
+            )
