@@ -93,4 +93,29 @@ void emit_schedule(std::int64_t n, std::int64_t capacity, const Weight& w,
   }
 }
 
+// The error when no schedule fits `budget_bytes`: the least any schedule needs, or the rounding
+// of sizes to `unit` bytes (`capacity` units) when the program was not exact.
+[[noreturn]] void throw_no_schedule(const ChainProfile& profile, std::int64_t budget_bytes,
+                                    bool exact, std::int64_t unit, std::int64_t capacity);
+
+// A solved program's plan: its schedule run through the simulator (each action also to `also`),
+// with the program's unit, slots, divisor and prediction.
+template <class Program>
+ProfilePlan simulated_plan(const ChainProfile& profile, const Program& program,
+                           const ActionSink& also) {
+  Simulator simulator(profile);
+  program.emit([&](const Action& a) {
+    simulator.apply(a);
+    if (also) also(a);
+  });
+  ProfilePlan plan;
+  plan.simulation = simulator.finish();
+  plan.unit_bytes = program.unit();
+  plan.slots = program.capacity();
+  plan.divisor_bytes = program.divisor();
+  plan.exact = program.exact();
+  plan.predicted_recompute_time = program.best();
+  return plan;
+}
+
 }  // namespace remat::chain::detail

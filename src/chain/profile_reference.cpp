@@ -311,31 +311,10 @@ ProfilePlan plan_profile_reference(const ChainProfile& profile, std::int64_t bud
   program.solve();
   if (!(program.best() < kInf)) {
     // F(0, m) only falls as m grows, so nothing fits in fewer units either.
-    std::string detail = "no schedule fits in " + text::integer(budget_bytes) + " bytes";
-    const std::int64_t largest = least_profile_budget(profile);
-    if (largest > budget_bytes) {
-      detail += "; every schedule needs at least " + text::integer(largest) +
-                " bytes (the input, held all along, with the largest output before the last)";
-    } else if (!program.exact()) {
-      detail += " with sizes rounded up to units of " + text::integer(program.unit()) +
-                " bytes (the budget holds " + text::integer(program.capacity()) +
-                "); more slots count sizes more finely";
-    }
-    throw InputError("budget", std::nullopt, detail);
+    detail::throw_no_schedule(profile, budget_bytes, program.exact(), program.unit(),
+                              program.capacity());
   }
-  Simulator simulator(profile);
-  program.emit([&](const Action& a) {
-    simulator.apply(a);
-    if (also) also(a);
-  });
-  ProfilePlan plan;
-  plan.simulation = simulator.finish();
-  plan.unit_bytes = program.unit();
-  plan.slots = program.capacity();
-  plan.divisor_bytes = program.divisor();
-  plan.exact = program.exact();
-  plan.predicted_recompute_time = program.best();
-  return plan;
+  return detail::simulated_plan(profile, program, also);
 }
 
 }  // namespace remat::chain

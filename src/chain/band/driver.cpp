@@ -76,6 +76,21 @@ ProfilePlan plan_profile(const ChainProfile& profile, std::int64_t budget_bytes,
 
 namespace detail {
 
+void throw_no_schedule(const ChainProfile& profile, std::int64_t budget_bytes, bool exact,
+                       std::int64_t unit, std::int64_t capacity) {
+  std::string detail = "no schedule fits in " + text::integer(budget_bytes) + " bytes";
+  const std::int64_t largest = least_profile_budget(profile);
+  if (largest > budget_bytes) {
+    detail += "; every schedule needs at least " + text::integer(largest) +
+              " bytes (the input, held all along, with the largest output before the last)";
+  } else if (!exact) {
+    detail += " with sizes rounded up to units of " + text::integer(unit) +
+              " bytes (the budget holds " + text::integer(capacity) +
+              "); more slots count sizes more finely";
+  }
+  throw InputError("budget", std::nullopt, detail);
+}
+
 std::int64_t default_threads() {
   const unsigned cores = std::thread::hardware_concurrency();
   return std::clamp<std::int64_t>(cores, 1, kMaxThreads);
@@ -220,30 +235,10 @@ ProfilePlan plan_profile_tuned(const ChainProfile& profile, std::int64_t budget_
   }
   if (!any_schedule) {
     // F(0, m) only falls as m grows, so nothing fits in fewer units either.
-    std::string detail = "no schedule fits in " + text::integer(budget_bytes) + " bytes";
-    const std::int64_t largest = least_profile_budget(profile);
-    if (largest > budget_bytes) {
-      detail += "; every schedule needs at least " + text::integer(largest) +
-                " bytes (the input, held all along, with the largest output before the last)";
-    } else if (!program.exact()) {
-      detail += " with sizes rounded up to units of " + text::integer(program.unit()) +
-                " bytes (the budget holds " + text::integer(program.capacity()) +
-                "); more slots count sizes more finely";
-    }
-    throw InputError("budget", std::nullopt, detail);
+    detail::throw_no_schedule(profile, budget_bytes, program.exact(), program.unit(),
+                              program.capacity());
   }
-  Simulator simulator(profile);
-  program.emit([&](const Action& a) {
-    simulator.apply(a);
-    if (also) also(a);
-  });
-  ProfilePlan plan;
-  plan.simulation = simulator.finish();
-  plan.unit_bytes = program.unit();
-  plan.slots = program.capacity();
-  plan.divisor_bytes = program.divisor();
-  plan.exact = program.exact();
-  plan.predicted_recompute_time = program.best();
+  ProfilePlan plan = detail::simulated_plan(profile, program, also);
   plan.bands = bands;
   return plan;
 }
