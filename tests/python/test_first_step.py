@@ -90,6 +90,28 @@ def test_blocks_of_one_kind_are_recorded_and_their_modes_measured_once(monkeypat
     assert modes[0] <= 2
 
 
+def test_a_step_for_new_shapes_reuses_the_modes_measured_for_the_same_ops(monkeypatch):
+    """Each new input signature measures a step of its own. The handle keeps what SAC's modes
+    cost across those steps: blocks dispatching the same ops at other sizes are priced from the
+    first measurement (rebased to their own forward time), not measured again, and the plans
+    stay exact."""
+    torch.manual_seed(0)
+    plain = _Stack()
+    model = copy.deepcopy(plain)
+    short, long = torch.randn(8, 16, 32), torch.randn(8, 24, 32)
+    measured = rt.measure(copy.deepcopy(model), short, blocks="layers", verbose=False)
+    handle = rt.auto_checkpoint(
+        model, memory_budget=measured.no_checkpoint_bytes - 1, blocks="layers", granularity="op"
+    )
+    modes = _counting(monkeypatch, measure_ops, "measure_modes")
+    _steps_equal(model, plain, short, 2)
+    first = modes[0]
+    assert first >= 1
+    _steps_equal(model, plain, long, 2)  # a second measuring step, for the longer sequence
+    assert modes[0] == first, "the modes were measured again for the same ops"
+    assert len(handle.plans) == 2
+
+
 def _plain_runs_take(monkeypatch, seconds: float) -> list[int]:
     """ModesCache's plain timing runs take `seconds` (counted): the rule is checked at both
     sides of its threshold without depending on this machine's timings."""

@@ -104,6 +104,7 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
         self._hooks: list[Any] = []
         self._warned: set[str] = set()
         self._pending = _PendingBackward()
+        self._modes: ModesCache | None = None  # see _begin_step
         self.reinstall()
 
     def reinstall(self) -> None:
@@ -208,8 +209,15 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
         self._step = _Step(key, plan_key, found.plan if found else None)
         if found is None:
             self._step.outside = _OutsideSaves(lambda: self._inside > 0).__enter__()
-            alone = not _distributed.active(self.plan_group)
-            self._step.modes = ModesCache(shortcuts=alone)
+            if _distributed.active(self.plan_group):
+                # Ranks record and measure every layer, step after step (see ModesCache).
+                self._step.modes = ModesCache(shortcuts=False)
+            else:
+                # Kept across this handle's measuring steps: a step for new shapes prices the
+                # modes on its blocks from what earlier steps measured on the same ops.
+                if self._modes is None:
+                    self._modes = ModesCache()
+                self._step.modes = self._modes
         return None
 
     def _plan_key(self, key: Any, known: bool) -> tuple[Any, bool]:
