@@ -137,7 +137,22 @@ def has_fsdp_modules(module: torch.nn.Module) -> bool:
 
 
 class SavedTensorMeter:
-    """Counts saved-for-backward bytes while active; ``peak_bytes`` is the highest count."""
+    """Counts saved-for-backward bytes while active; ``peak_bytes`` is the highest count.
+
+    Each storage counts once while any saved tensor holds it, parameters and buffers of the
+    given modules aside; tensors non-reentrant checkpoint re-makes in backward and the cache of
+    torch's selective checkpointing count too.
+
+    Args:
+        *exclude: modules (or lists of them) whose parameters and buffers are not activations.
+
+    Example:
+        ```python
+        with remat.torch.SavedTensorMeter(model) as meter:
+            model(x).sum().backward()
+        print(meter.peak_bytes)
+        ```
+    """
 
     def __init__(self, *exclude: Any) -> None:
         items = [

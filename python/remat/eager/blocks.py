@@ -116,12 +116,26 @@ def _from_container(container: nn.Module, path: str) -> Blocks:
 def find_blocks(
     model: nn.Module, blocks: str | nn.Module | Sequence[nn.Module] | None = None
 ) -> Blocks:
-    """The blocks to checkpoint: `blocks` as given (a dotted path such as "model.layers", a
-    container, or a list of modules), else found in `model`.
+    """The blocks to checkpoint: `blocks` as given, else found in `model`.
 
     Found: the model itself when it is a stock nn.Sequential; else, among its nn.ModuleList and
     nn.Sequential containers (lists of lists flattened), the one whose repeated class holds the
-    most parameters, more members breaking ties, the outermost first."""
+    most parameters, more members breaking ties, the outermost first.
+
+    Args:
+        model: the model whose blocks are wanted.
+        blocks: a dotted path such as "model.layers", a container, or a list of modules
+            (None: found).
+
+    Returns:
+        The blocks, their names and, for a stock nn.Sequential called as a whole, that chain;
+        ``print(blocks)`` says which were chosen.
+
+    Example:
+        ```python
+        print(remat.torch.find_blocks(model))  # model.layers (32 x LlamaDecoderLayer)
+        ```
+    """
     if blocks is not None:
         given = _given_blocks(model, blocks)
         if not given.modules:

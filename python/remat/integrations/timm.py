@@ -45,10 +45,25 @@ def _check_not_checkpointed(model: nn.Module) -> None:
 
 
 def enable(model: nn.Module, *, memory_budget: int | float | str, **options: Any) -> AutoCheckpoint:
-    """Checkpoints `model`'s blocks to `memory_budget`; `options` are auto_checkpoint's.
+    """Checkpoints a timm model's blocks to `memory_budget`.
+
+    Args:
+        model: a timm model (its blocks are found as :func:`remat.torch.find_blocks` finds
+            them: ``blocks`` of a ViT, each ConvNeXt stage's blocks).
+        memory_budget: the peak of the blocks' saved activations, in bytes or with a unit.
+        **options: :func:`remat.torch.auto_checkpoint`'s, except ``blocks``.
+
+    Returns:
+        The auto_checkpoint handle; ``handle.remove()`` undoes it.
+
+    Raises:
+        ValueError: the model already checkpoints its blocks (timm's ``set_grad_checkpointing``).
+        TypeError: ``blocks`` was given (auto_checkpoint takes them).
 
     Example:
-        >>> handle = remat.integrations.timm.enable(model, memory_budget="4GiB")
+        ```python
+        handle = remat.integrations.timm.enable(model, memory_budget="4GiB")
+        ```
     """
     if "blocks" in options:
         raise TypeError(

@@ -58,14 +58,31 @@ def _check_not_checkpointed(model: nn.Module) -> None:
 
 
 def enable(model: nn.Module, *, memory_budget: int | float | str, **options: Any) -> AutoCheckpoint:
-    """Checkpoints `model`'s layers to `memory_budget` (bytes, or a string such as "8GiB").
+    """Checkpoints a Hugging Face model's layers to `memory_budget`.
 
-    `options` are :func:`remat.torch.auto_checkpoint`'s (``granularity``, ``plan_group``, ...),
-    except ``blocks``, which this finds. Returns its handle; ``handle.remove()`` undoes it.
+    The layers are found (``model.model.layers``, ``transformer.h``, ``encoder.layer``; T5's
+    encoder and decoder stacks together); caches passed to them in training are dropped, as HF's
+    own gradient checkpointing does, without a warning at every model's first step.
+
+    Args:
+        model: a ``transformers`` PreTrainedModel.
+        memory_budget: the peak of the layers' saved activations, in bytes or with a unit
+            ("8GiB").
+        **options: :func:`remat.torch.auto_checkpoint`'s (``granularity``, ``plan_group``,
+            ...), except ``blocks``, which this finds.
+
+    Returns:
+        The auto_checkpoint handle; ``handle.remove()`` undoes it.
+
+    Raises:
+        ValueError: the model has HF's own gradient checkpointing enabled.
+        TypeError: ``blocks`` was given (auto_checkpoint takes them).
 
     Example:
-        >>> handle = remat.integrations.transformers.enable(model, memory_budget="8GiB")
-        >>> model(input_ids, labels=input_ids).loss.backward()   # measures, plans, trains
+        ```python
+        handle = remat.integrations.transformers.enable(model, memory_budget="8GiB")
+        model(input_ids, labels=input_ids).loss.backward()  # measures, plans, trains
+        ```
     """
     if "blocks" in options:
         raise TypeError(
