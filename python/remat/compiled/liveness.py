@@ -64,11 +64,6 @@ def storages_of(nodes: Iterable[fx.Node]) -> dict[int, int]:
     return found
 
 
-def storage_bytes(nodes: Iterable[fx.Node]) -> int:
-    """Bytes of the distinct storages behind ``nodes``."""
-    return sum(storages_of(nodes).values())
-
-
 @dataclass(frozen=True)
 class GraphWalk:
     peak: int  # most bytes live at once, counting what was live on entry
