@@ -11,6 +11,7 @@
 #include "remat/eager.hpp"
 #include "remat/errors.hpp"
 #include "remat/knapsack.hpp"
+#include "remat/min_cut.hpp"
 
 #ifndef REMAT_VERSION
 #error "REMAT_VERSION must be defined (CMakeLists.txt passes the project version)"
@@ -240,6 +241,27 @@ std::tuple<std::int64_t, double> eager_evaluate(std::int64_t input_bytes,
   return {e.peak_bytes, e.recompute_time};
 }
 
+// (unbounded, cut value, per node whether it lies on the sink's side); see remat/min_cut.hpp.
+std::tuple<bool, std::int64_t, std::vector<bool>> min_cut(
+    std::size_t nodes, const std::vector<std::uint32_t>& tails,
+    const std::vector<std::uint32_t>& heads, const std::vector<std::int64_t>& capacities,
+    std::uint32_t source, std::uint32_t sink) {
+  if (heads.size() != tails.size()) {
+    throw remat::InputError("heads", std::nullopt, "must be as long as tails");
+  }
+  if (capacities.size() != tails.size()) {
+    throw remat::InputError("capacities", std::nullopt, "must be as long as tails");
+  }
+  std::vector<remat::FlowEdge> edges(tails.size());
+  for (std::size_t i = 0; i < edges.size(); ++i) edges[i] = {tails[i], heads[i], capacities[i]};
+  remat::MinCut cut;
+  {
+    nb::gil_scoped_release release;
+    cut = remat::min_cut(nodes, edges, source, sink);
+  }
+  return {cut.unbounded, cut.value, std::vector<bool>(cut.sink_side.begin(), cut.sink_side.end())};
+}
+
 }  // namespace
 
 NB_MODULE(_core, m) {
@@ -302,5 +324,7 @@ NB_MODULE(_core, m) {
         "max_region_layers"_a);
   m.def("eager_evaluate", &eager_evaluate, "input_bytes"_a, "layers"_a, "region_overhead"_a,
         "max_region_layers"_a, "regions"_a);
+  m.def("min_cut", &min_cut, "nodes"_a, "tails"_a, "heads"_a, "capacities"_a, "source"_a, "sink"_a);
+  m.attr("UNBOUNDED_CAPACITY") = remat::kUnboundedCapacity;
   m.def("optimal_chain_recompute", &remat::chain::optimal_recompute, "layers"_a, "memory"_a);
 }

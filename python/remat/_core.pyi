@@ -69,6 +69,18 @@ def simulate_profile(
 ) -> ChainSchedule: ...
 def optimal_chain_recompute(layers: int, memory: int) -> int | None: ...
 
+UNBOUNDED_CAPACITY: int
+
+# (unbounded, cut value, per node: on the sink's side); capacities >= 0 or UNBOUNDED_CAPACITY.
+def min_cut(
+    nodes: int,
+    tails: Sequence[int],
+    heads: Sequence[int],
+    capacities: Sequence[int],
+    source: int,
+    sink: int,
+) -> tuple[bool, int, list[bool]]: ...
+
 # An eager layer: (saved_bytes, output_bytes, saves_output, forward_time, options), each option
 # (held_bytes, recompute_time). A region: (first, last, depth, option), option -1 = none.
 _EagerLayer = tuple[int, int, bool, float, Sequence[tuple[int, float]]]

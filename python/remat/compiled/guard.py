@@ -10,6 +10,8 @@ budget is never silently exceeded.
 
 from __future__ import annotations
 
+import time
+import warnings
 from typing import Any, Callable
 
 from .budget import BudgetTooSmall, Candidate, GraphChoice
@@ -30,6 +32,8 @@ def guarded_choice(
     def choose_saved_values_set(joint_graph: Any, node_info: Any, memory_budget: float = 1) -> Any:
         asked_before = len(solver.choices)
         saved_values = original(joint_graph, node_info, memory_budget)
+        if memory_budget == ROUTE_TO_SOLVER and len(solver.choices) == asked_before + 1:
+            return _verified(original, solver, joint_graph, node_info, memory_budget, saved_values)
         if memory_budget != ROUTE_TO_SOLVER or len(solver.choices) != asked_before:
             return saved_values  # another budget (a region annotation), or the solver decided
         if solver.survey or solver.memory_budget is None:
@@ -46,6 +50,40 @@ def guarded_choice(
 
     choose_saved_values_set._remat_unguarded = (original, previous_ratio)  # type: ignore[attr-defined]
     return choose_saved_values_set
+
+
+def _verified(
+    original: Callable[..., Any],
+    solver: Any,
+    joint_graph: Any,
+    node_info: Any,
+    memory_budget: float,
+    saved_values: Any,
+) -> Any:
+    """``saved_values``, torch's partition of the plan the solver chose, once torch's own split
+    predicts the peak the solver's fast path did; else the plan chosen again with torch's own
+    min-cut and split throughout (with a warning: the fast path is meant to be exact)."""
+    choice = solver.choices[-1]
+    if solver.survey or not solver.fast or choice.chosen is None:
+        return saved_values
+    started = time.perf_counter()
+    exact = Partitioner(joint_graph, node_info, fast=False).partition_saving(list(saved_values))
+    choice.step_seconds["check"] = time.perf_counter() - started
+    if exact.peak == choice.chosen.peak:
+        return saved_values
+    warnings.warn(
+        "remat.torch.use(memory_budget=...): remat's fast prediction of a plan's peak "
+        f"({choice.chosen.peak.peak} bytes) differs from torch's own partition of it "
+        f"({exact.peak.peak} bytes); planning this graph again with torch's min-cut and split. "
+        "Please report this graph",
+        stacklevel=3,
+    )
+    solver.choices.pop()
+    solver.fast = False
+    try:
+        return original(joint_graph, node_info, memory_budget)
+    finally:
+        solver.fast = True
 
 
 def unguarded(function: Callable[..., Any]) -> tuple[Callable[..., Any], float | None]:

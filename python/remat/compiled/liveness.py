@@ -22,7 +22,7 @@ so on inductor this is an upper bound up to its reordering; the tests and
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import torch
 import torch.fx as fx
@@ -70,31 +70,70 @@ class GraphWalk:
     held_at_end: int  # bytes of the storages the graph returns that it allocated or was given
 
 
-def walk_graph(graph: fx.Graph, live_on_entry: dict[int, int], kept: set[int]) -> GraphWalk:
+@dataclass(frozen=True)
+class Subgraph:
+    """A graph as the walk sees it: its inputs (placeholders), the nodes it runs in order, and
+    its flat outputs (None for a non-tensor output). Nodes may be a joint graph's own nodes,
+    which a split graph copies with the same ``val`` metadata (see split.py)."""
+
+    inputs: Sequence[fx.Node]
+    body: Sequence[fx.Node]
+    outputs: Sequence[Any]
+
+    @staticmethod
+    def of(graph: fx.Graph) -> "Subgraph":
+        nodes = list(graph.nodes)
+        output = next(n for n in reversed(nodes) if n.op == "output")
+        return Subgraph(
+            inputs=[n for n in nodes if n.op == "placeholder"],
+            body=[n for n in nodes if n.op not in ("placeholder", "output")],
+            outputs=list(torch.utils._pytree.arg_tree_leaves(*output.args)),
+        )
+
+
+StorageCache = dict[fx.Node, dict[int, int]]
+
+
+def walk_graph(
+    graph: fx.Graph | Subgraph,
+    live_on_entry: dict[int, int],
+    kept: set[int],
+    storages: StorageCache | None = None,
+) -> GraphWalk:
     """Runs the liveness walk over one graph.
 
     ``live_on_entry``: storages live when the graph starts, freed after their last use here
     unless in ``kept``. ``kept``: storages that outlive the graph whatever it does (the
     parameters, the user's inputs, outputs still held by the caller); never counted unless
-    they are also in ``live_on_entry``."""
-    nodes = list(graph.nodes)
-    keys_of = {node: _storages(node) for node in nodes}
+    they are also in ``live_on_entry``. ``storages``: a cache of each node's storages."""
+    sub = graph if isinstance(graph, Subgraph) else Subgraph.of(graph)
+    cache: StorageCache = {} if storages is None else storages
+
+    def keys(node: fx.Node) -> dict[int, int]:
+        found = cache.get(node)
+        if found is None:
+            found = cache[node] = _storages(node)
+        return found
+
     output_keys: set[int] = set()
+    for arg in sub.outputs:
+        if isinstance(arg, fx.Node):
+            output_keys.update(keys(arg))
     last_use: dict[int, int] = {}
-    for index, node in enumerate(nodes):
-        if node.op == "output":
-            for arg in node.all_input_nodes:
-                output_keys.update(keys_of[arg])
-            continue
+    for index, node in enumerate(sub.body):
         for arg in node.all_input_nodes:
-            for key in keys_of[arg]:
+            for key in keys(arg):
                 last_use[key] = index
+    after_body = len(sub.body)  # the output node reads its arguments last
+    for arg in sub.outputs:
+        if isinstance(arg, fx.Node):
+            for key in keys(arg):
+                last_use[key] = after_body
 
     live = dict(live_on_entry)
-    placeholders = set()
-    for node in nodes:
-        if node.op == "placeholder":
-            placeholders.update(keys_of[node])
+    placeholders: set[int] = set()
+    for node in sub.inputs:
+        placeholders.update(keys(node))
     total = sum(live.values())
     peak = total
     free_after: dict[int, list[int]] = {}
@@ -103,10 +142,8 @@ def walk_graph(graph: fx.Graph, live_on_entry: dict[int, int], kept: set[int]) -
             free_after.setdefault(last_use.get(key, -1), []).append(key)
     for key in list(free_after.get(-1, [])):  # given but never read: gone at the start
         total -= live.pop(key)
-    for index, node in enumerate(nodes):
-        if node.op in ("placeholder", "output"):
-            continue
-        for key, nbytes in keys_of[node].items():
+    for index, node in enumerate(sub.body):
+        for key, nbytes in keys(node).items():
             if key in live or key in placeholders or key in kept:
                 continue
             live[key] = nbytes
@@ -136,33 +173,44 @@ class StepPeak:
     backward_peak: int  # includes the saved bytes, the incoming gradients and the outputs
 
 
-def _placeholder_keys(graph: fx.Graph, *, prefix: str | None = None) -> dict[int, int]:
-    found: dict[int, int] = {}
-    for node in graph.find_nodes(op="placeholder"):
-        if prefix is None or str(node.target).startswith(prefix):
-            found.update(_storages(node))
-    return found
+def _input_name(node: fx.Node) -> str:
+    """A backward input's placeholder name: a joint graph's placeholder keeps its target, a
+    saved value becomes a placeholder named after its node."""
+    return str(node.target) if node.op == "placeholder" else node.name
 
 
-def step_peak(forward: fx.GraphModule, backward: fx.GraphModule, num_user_outputs: int) -> StepPeak:
+def step_peak(
+    forward: fx.GraphModule | Subgraph,
+    backward: fx.GraphModule | Subgraph,
+    num_user_outputs: int,
+    storages: StorageCache | None = None,
+) -> StepPeak:
     """Walks the forward, then the backward, of one partition (see the module docstring)."""
-    inputs = _placeholder_keys(forward.graph)
-    forward_walk = walk_graph(forward.graph, {}, kept=set(inputs))
-    output_node = next(iter(forward.graph.find_nodes(op="output")))
-    returned = output_node.all_input_nodes
-    flat = list(torch.utils._pytree.arg_tree_leaves(*output_node.args))
-    user_nodes = [arg for arg in flat[:num_user_outputs] if isinstance(arg, fx.Node)]
-    user = {k: v for n in user_nodes for k, v in _storages(n).items() if k not in inputs}
+    fwd = forward if isinstance(forward, Subgraph) else Subgraph.of(forward.graph)
+    bwd = backward if isinstance(backward, Subgraph) else Subgraph.of(backward.graph)
+    cache: StorageCache = {} if storages is None else storages
+
+    def keys_of(nodes: Iterable[fx.Node]) -> dict[int, int]:
+        found: dict[int, int] = {}
+        for node in nodes:
+            if node not in cache:
+                cache[node] = _storages(node)
+            found.update(cache[node])
+        return found
+
+    inputs = keys_of(fwd.inputs)
+    forward_walk = walk_graph(fwd, {}, kept=set(inputs), storages=cache)
+    returned = list(dict.fromkeys(n for n in fwd.outputs if isinstance(n, fx.Node)))
+    user_nodes = [arg for arg in fwd.outputs[:num_user_outputs] if isinstance(arg, fx.Node)]
+    user = {k: v for k, v in keys_of(user_nodes).items() if k not in inputs}
     saved = {
         k: v
-        for n in returned
-        if n not in user_nodes
-        for k, v in _storages(n).items()
+        for k, v in keys_of(n for n in returned if n not in user_nodes).items()
         if k not in inputs and k not in user
     }
-    tangents = _placeholder_keys(backward.graph, prefix="tangents")
+    tangents = keys_of(n for n in bwd.inputs if _input_name(n).startswith("tangents"))
     on_entry = {**saved, **user, **tangents}
-    backward_walk = walk_graph(backward.graph, on_entry, kept=set(inputs) | set(user))
+    backward_walk = walk_graph(bwd, on_entry, kept=set(inputs) | set(user), storages=cache)
     backward_peak = backward_walk.peak + ENGINE_RESERVE
     return StepPeak(
         peak=max(forward_walk.peak, backward_peak),

@@ -5,8 +5,10 @@ plan it gets back becomes a set of nodes it may recompute (``dont_ban``), a min-
 (``solve_min_cut`` with the aggressive options) picks the saved values, and
 ``_extract_fwd_bwd_modules`` cuts the joint graph. This module runs those same steps for a
 candidate plan, without changing the joint graph, so its peak can be predicted before torch
-commits to it. These are torch internals: ``require_partitioner_internals`` names what is
-missing on a torch that lacks them.
+commits to it. By default the min-cut's maximum flow comes from remat's core (min_cut.py) and
+the split from split.py, both exact reproductions of torch's steps at a tenth of their time
+(bench/compile_planning.py); ``fast=False`` runs torch's own. These are torch internals:
+``require_partitioner_internals`` names what is missing on a torch that lacks them.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from torch._functorch import config as functorch_config
 from torch._functorch import partitioners
 
 from .liveness import StepPeak, step_peak, storages_of
+from .min_cut import fast_min_cut
+from .split import JointSplit
 
 _INTERNALS = (
     "MinCutOptions",
@@ -92,9 +96,16 @@ class Partition:
 
 
 class Partitioner:
-    """Partitions one joint graph for any set of recomputed candidates."""
+    """Partitions one joint graph for any set of recomputed candidates.
 
-    def __init__(self, joint_graph: fx.Graph, node_info: Any) -> None:
+    ``fast`` (the default) takes the min-cut's maximum flow from remat's core and splits the
+    joint graph with split.JointSplit, both exact reproductions of torch's steps; off, torch's
+    own networkx min-cut and graph split run. ``check`` runs both and raises AssertionError
+    where they differ (the tests)."""
+
+    def __init__(
+        self, joint_graph: fx.Graph, node_info: Any, *, fast: bool = True, check: bool = False
+    ) -> None:
         require_partitioner_internals()
         self.joint_graph = joint_graph
         self.joint_module = joint_graph.owning_module
@@ -107,6 +118,11 @@ class Partitioner:
         self._is_opaque = _opaque_test()
         self._extract_accepts = _parameters(partitioners._extract_fwd_bwd_modules)
         self._by_saved: dict[frozenset[str], Partition] = {}
+        self.fast, self.check = fast or check, check
+        self._split = JointSplit(self.joint_module, self.num_fwd_outputs) if self.fast else None
+        self._storages: dict[fx.Node, dict[int, int]] = {}  # per node, across the candidates
+        self._sizes: dict[fx.Node, int] = {}  # the min-cut's node sizes, across the candidates
+        self.fast_splits = 0  # candidates split by JointSplit rather than torch
         # Where predicting the candidates' peaks goes, in seconds: the min-cut that picks the
         # saved values, the split into forward and backward graphs, the liveness walk.
         self.seconds = {"min_cut": 0.0, "split": 0.0, "liveness": 0.0}
@@ -127,9 +143,22 @@ class Partitioner:
         from torch.utils._ordered_set import OrderedSet
 
         started = time.perf_counter()
-        saved_values, _ = partitioners.solve_min_cut(
-            self.joint_graph, self.node_info, self.options, OrderedSet(recomputed)
-        )
+        if self.fast:
+            with fast_min_cut(self._sizes):
+                saved_values, _ = partitioners.solve_min_cut(
+                    self.joint_graph, self.node_info, self.options, OrderedSet(recomputed)
+                )
+        if not self.fast or self.check:
+            torch_saved, _ = partitioners.solve_min_cut(
+                self.joint_graph, self.node_info, self.options, OrderedSet(recomputed)
+            )
+            if self.check and list(torch_saved) != list(saved_values):
+                raise AssertionError(
+                    "remat's min-cut saves "
+                    f"{sorted(n.name for n in saved_values)}, networkx's "
+                    f"{sorted(n.name for n in torch_saved)}"
+                )
+            saved_values = torch_saved
         self.seconds["min_cut"] += time.perf_counter() - started
         return list(saved_values)
 
@@ -156,6 +185,29 @@ class Partitioner:
         return self._by_saved[key]
 
     def _peak(self, saved_values: list[fx.Node]) -> StepPeak:
+        sym = [n for n in saved_values if partitioners.is_sym_node(n)]
+        opaque = [n for n in saved_values if self._is_opaque(n)]
+        fast = None
+        if self._split is not None and not sym and not opaque:
+            started = time.perf_counter()
+            split = self._split.split(saved_values)
+            walked = time.perf_counter()
+            self.seconds["split"] += walked - started
+            if split is not None:
+                self.fast_splits += 1
+                fast = step_peak(*split, self.num_fwd_outputs, storages=self._storages)
+                self.seconds["liveness"] += time.perf_counter() - walked
+        if fast is not None and not self.check:
+            return fast
+        exact = self._torch_peak(saved_values)
+        if fast is not None and fast != exact:
+            raise AssertionError(
+                f"remat's split predicts {fast}, torch's {exact}, saving "
+                f"{sorted(n.name for n in saved_values)}"
+            )
+        return exact
+
+    def _torch_peak(self, saved_values: list[fx.Node]) -> StepPeak:
         sym = [n for n in saved_values if partitioners.is_sym_node(n)]
         opaque = [n for n in saved_values if self._is_opaque(n)]
         tensors = [n for n in saved_values if n not in sym and n not in opaque]

@@ -132,6 +132,10 @@ class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
         # Rule plans out by a lower bound on their peak before splitting the graph (see
         # compiled.choose); off only to check that the choice is the same without it.
         self.bound_plans = True
+        # Predict with remat's min-cut flow and graph split (exact reproductions of torch's;
+        # the guard checks each graph's final choice against torch's own split, and plans
+        # again with fast off where they differ).
+        self.fast = True
         self.last_result: Result | None = None
         self.last_runtimes: list[float] | None = None
         self.choices: list[GraphChoice] = []  # one per graph, byte budgets only
@@ -180,7 +184,7 @@ class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
     ) -> tuple[list[int], list[int]]:
         """The least-recompute plan whose predicted step peak fits memory_budget
         (remat.compiled.budget); when surveying, every candidate predicted and all kept."""
-        partitioner = Partitioner(joint_graph, node_info)
+        partitioner = Partitioner(joint_graph, node_info, fast=self.fast)
         sizes = candidate_sizes(nodes)
         plans = front_plans(sizes, runtimes, self.max_candidates)
         key = _survey.graph_key(len(joint_graph.nodes), partitioner.num_fwd_outputs, sizes)
