@@ -12,6 +12,7 @@
 #include "remat/errors.hpp"
 #include "remat/knapsack.hpp"
 #include "remat/min_cut.hpp"
+#include "remat/offload.hpp"
 
 #ifndef REMAT_VERSION
 #error "REMAT_VERSION must be defined (CMakeLists.txt passes the project version)"
@@ -241,6 +242,40 @@ std::tuple<std::int64_t, double> eager_evaluate(std::int64_t input_bytes,
   return {e.peak_bytes, e.recompute_time};
 }
 
+struct OffloadPlan {
+  std::vector<std::tuple<std::string, std::int64_t>> layers;  // (action, option)
+  std::int64_t peak_bytes = 0, host_bytes = 0, minimum_budget = 0, unit_bytes = 0;
+  double recompute_time = 0, stall_time = 0, copy_time = 0;
+};
+
+// Keep, recompute or offload each layer (one layer a region); see remat/offload.hpp.
+OffloadPlan offload_plan(std::int64_t input_bytes, const std::vector<EagerLayer>& layers,
+                         double region_overhead, std::int64_t budget, double bandwidth,
+                         std::int64_t host_budget, const std::vector<double>& backward_time,
+                         std::int64_t slots, std::int64_t host_slots) {
+  const auto profile = make_eager_profile(input_bytes, layers, region_overhead, 1);
+  const remat::eager::Transfer transfer{bandwidth, host_budget, backward_time};
+  remat::eager::OffloadPlan plan;
+  {
+    nb::gil_scoped_release release;
+    plan = remat::eager::plan_offload(profile, transfer, budget, slots, host_slots);
+  }
+  static const char* const kNames[] = {"keep", "region", "option", "offload"};
+  OffloadPlan out;
+  for (const auto& c : plan.layers) {
+    out.layers.emplace_back(kNames[static_cast<int>(c.action)], c.option);
+  }
+  const auto& e = plan.evaluation;
+  out.peak_bytes = e.peak_bytes;
+  out.host_bytes = e.host_bytes;
+  out.minimum_budget = plan.minimum_budget;
+  out.unit_bytes = plan.unit_bytes;
+  out.recompute_time = e.recompute_time;
+  out.stall_time = e.stall_time;
+  out.copy_time = e.copy_time;
+  return out;
+}
+
 // (unbounded, cut value, per node whether it lies on the sink's side); see remat/min_cut.hpp.
 std::tuple<bool, std::int64_t, std::vector<bool>> min_cut(
     std::size_t nodes, const std::vector<std::uint32_t>& tails,
@@ -324,6 +359,18 @@ NB_MODULE(_core, m) {
         "max_region_layers"_a);
   m.def("eager_evaluate", &eager_evaluate, "input_bytes"_a, "layers"_a, "region_overhead"_a,
         "max_region_layers"_a, "regions"_a);
+  nb::class_<OffloadPlan>(m, "OffloadPlan",
+                          "A keep/recompute/offload plan and the model's figures for it.")
+      .def_ro("layers", &OffloadPlan::layers)
+      .def_ro("peak_bytes", &OffloadPlan::peak_bytes)
+      .def_ro("host_bytes", &OffloadPlan::host_bytes)
+      .def_ro("minimum_budget", &OffloadPlan::minimum_budget)
+      .def_ro("unit_bytes", &OffloadPlan::unit_bytes)
+      .def_ro("recompute_time", &OffloadPlan::recompute_time)
+      .def_ro("stall_time", &OffloadPlan::stall_time)
+      .def_ro("copy_time", &OffloadPlan::copy_time);
+  m.def("offload_plan", &offload_plan, "input_bytes"_a, "layers"_a, "region_overhead"_a,
+        "budget"_a, "bandwidth"_a, "host_budget"_a, "backward_time"_a, "slots"_a, "host_slots"_a);
   m.def("min_cut", &min_cut, "nodes"_a, "tails"_a, "heads"_a, "capacities"_a, "source"_a, "sink"_a);
   m.attr("UNBOUNDED_CAPACITY") = remat::kUnboundedCapacity;
   m.def("optimal_chain_recompute", &remat::chain::optimal_recompute, "layers"_a, "memory"_a);

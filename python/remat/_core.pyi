@@ -108,3 +108,25 @@ def eager_evaluate(
     max_region_layers: int,
     regions: list[_EagerRegion],
 ) -> tuple[int, float]: ...
+
+class OffloadPlan:
+    layers: list[tuple[str, int]]  # ("keep" | "region" | "option" | "offload", option index)
+    peak_bytes: int
+    host_bytes: int
+    minimum_budget: int
+    unit_bytes: int
+    recompute_time: float
+    stall_time: float
+    copy_time: float
+
+def offload_plan(
+    input_bytes: int,
+    layers: Sequence[_EagerLayer],
+    region_overhead: float,
+    budget: int,
+    bandwidth: float,
+    host_budget: int,
+    backward_time: Sequence[float],
+    slots: int,
+    host_slots: int,
+) -> OffloadPlan: ...

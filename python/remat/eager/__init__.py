@@ -21,6 +21,7 @@ at this level besides ``types`` (``_runtime``, ``generators``, ``op_facts``, ``m
 
 from .blocks import Blocks, find_blocks
 from .measure.chain import profile_layers
+from .plan.offload import OffloadPlan, measure_bandwidth, plan_offload
 from .plan.planner import plan_profile
 from .run.auto import AutoCheckpoint, auto_checkpoint
 from .run.measurement import Measurement, measure
@@ -32,6 +33,7 @@ __all__ = [
     "Blocks",
     "LayerProfile",
     "Measurement",
+    "OffloadPlan",
     "Plan",
     "Profile",
     "Region",
@@ -39,7 +41,9 @@ __all__ = [
     "checkpoint_sequential",
     "find_blocks",
     "measure",
+    "measure_bandwidth",
     "plan",
+    "plan_offload",
     "plan_profile",
     "profile_layers",
     "run_plan",

@@ -1,0 +1,220 @@
+"""Keep, recompute or offload each layer of a measured profile under a device budget and a host
+budget: the C++ planner of remat/offload.hpp (exact for its model, checked against exhaustive
+search), and the copy bandwidth that model needs.
+
+The model: an offloaded layer's saved activations are copied to host memory while the next
+layer runs forward and copied back, prefetched, while the next layer runs backward; a copy
+takes bytes / bandwidth and stalls the step by what the compute beside it does not cover. Each
+layer is its own region (as auto_checkpoint checkpoints blocks). This is the plan; running it in
+eager PyTorch is the next stage of this work (docs/eager.md, "Offloading").
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from ... import _core
+from ...units import format_bytes, parse_bytes
+from ..types import Profile
+
+#: Layers' actions, as the planner names them.
+ACTIONS = ("keep", "region", "option", "offload")
+
+_RATE = re.compile(r"^\s*(.+?)\s*/\s*s\s*$", re.IGNORECASE)
+
+
+def parse_bandwidth(value: int | float | str) -> float:
+    """Bytes per second from a number or a rate such as "25GB/s" or "12 GiB/s"."""
+    if isinstance(value, str):
+        found = _RATE.match(value)
+        if not found:
+            raise ValueError(
+                f"offload_bandwidth: expected bytes per second such as '25GB/s', got {value!r}"
+            )
+        return float(parse_bytes(found.group(1), "offload_bandwidth"))
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(
+            f"offload_bandwidth: expected a positive number of bytes per second, got {value!r}"
+        )
+    return float(value)
+
+
+_MEASURED: dict[str, float] = {}
+
+
+def measure_bandwidth(device: str | torch.device = "cuda", nbytes: int = 64 << 20) -> float:
+    """The copy bandwidth between `device` and host memory, in the slower direction, timed once
+    per process and device (pinned host memory on CUDA; on CPU, a copy between two host tensors,
+    which is what offloading runs there).
+
+    Args:
+        device: the device activations would be offloaded from.
+        nbytes: the size of the copies timed (the best of 3 each way).
+
+    Returns:
+        Bytes per second.
+    """
+    device = torch.device(device)
+    key = str(device)
+    if key not in _MEASURED:
+        _MEASURED[key] = _time_copies(device, nbytes)
+    return _MEASURED[key]
+
+
+def _time_copies(device: torch.device, nbytes: int) -> float:
+    count = max(1, nbytes // 4)
+    on_device = torch.empty(count, dtype=torch.float32, device=device)
+    host = torch.empty(count, dtype=torch.float32, pin_memory=device.type == "cuda")
+    slowest = float("inf")
+    for source, target in ((on_device, host), (host, on_device)):
+        best = float("inf")
+        for _ in range(3):
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            started = time.perf_counter()
+            target.copy_(source, non_blocking=device.type == "cuda")
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            best = min(best, time.perf_counter() - started)
+        slowest = min(slowest, count * 4 / max(best, 1e-9))
+    return slowest
+
+
+@dataclass(frozen=True)
+class LayerAction:
+    name: str
+    action: str  # one of ACTIONS
+    option: int  # with "option": an index into the layer's options (its menu); else -1
+    offloaded_bytes: int  # with "offload": its saved activations, copied out and back
+
+
+@dataclass(frozen=True)
+class OffloadPlan:
+    """Per layer: keep, recompute (whole, or an option of its menu) or offload; and what the
+    model predicts for the step."""
+
+    layers: tuple[LayerAction, ...]
+    memory_budget: int
+    host_budget: int | None
+    bandwidth: float  # bytes per second
+    predicted_peak_bytes: int
+    predicted_recompute_seconds: float
+    predicted_stall_seconds: float  # copy time not hidden behind compute
+    predicted_copy_seconds: float  # every copy, out and back
+    host_bytes: int  # offloaded bytes on the host at the end of the forward
+    minimum_budget_bytes: int
+
+    @property
+    def offloaded(self) -> tuple[int, ...]:
+        return tuple(i for i, layer in enumerate(self.layers) if layer.action == "offload")
+
+    @property
+    def hidden_share(self) -> float:
+        """The share of the copy time that runs behind compute (1.0 with no copy)."""
+        if self.predicted_copy_seconds <= 0:
+            return 1.0
+        return 1.0 - self.predicted_stall_seconds / self.predicted_copy_seconds
+
+    def __str__(self) -> str:
+        lines = [
+            f"offload plan: peak {format_bytes(self.predicted_peak_bytes)} of "
+            f"{format_bytes(self.memory_budget)}, host {format_bytes(self.host_bytes)}"
+            + ("" if self.host_budget is None else f" of {format_bytes(self.host_budget)}")
+            + f"; re-runs {1e3 * self.predicted_recompute_seconds:.2f} ms, copies "
+            f"{1e3 * self.predicted_copy_seconds:.2f} ms at "
+            f"{format_bytes(self.bandwidth)}/s, {100 * self.hidden_share:.0f}% of them hidden "
+            f"(stall {1e3 * self.predicted_stall_seconds:.2f} ms)",
+            "",
+            "| layer | name | action | offloaded | copy ms each way |",
+            "| ---: | --- | --- | ---: | ---: |",
+        ]
+        for i, layer in enumerate(self.layers):
+            action = layer.action if layer.action != "option" else f"option {layer.option}"
+            copy = layer.offloaded_bytes / self.bandwidth if self.bandwidth else 0.0
+            lines.append(
+                f"| {i} | {layer.name} | {action} | "
+                f"{format_bytes(layer.offloaded_bytes) if layer.offloaded_bytes else '-'} | "
+                f"{1e3 * copy:.3f} |"
+            )
+        return "\n".join(lines)
+
+
+def plan_offload(
+    profile: Profile,
+    memory_budget: int | float | str,
+    *,
+    bandwidth: int | float | str,
+    host_budget: int | float | str | None = None,
+    backward_seconds: Sequence[float] | None = None,
+    slots: int = 2048,
+    host_slots: int = 64,
+) -> OffloadPlan:
+    """The least re-run + stall time plan of `profile` whose predicted peak fits `memory_budget`
+    and whose offloaded bytes fit `host_budget`, each layer its own region.
+
+    Args:
+        profile: the measured chain (``remat.torch.measure(...).profile``, ``profile_layers``,
+            ``Profile.from_json``).
+        memory_budget: the peak of saved activations on the device, in bytes or with a unit.
+        bandwidth: copy bytes per second each way ("25GB/s", or :func:`measure_bandwidth`).
+        host_budget: host bytes for offloaded activations (None: any).
+        backward_seconds: per layer, its backward's compute time (None: twice its forward's).
+        slots: the device memory resolution; host_slots: the host memory resolution (sizes are
+            rounded up, so the plan always fits).
+
+    Returns:
+        The plan, with the model's peak, re-run, copy and stall times.
+
+    Raises:
+        remat.InputError: the budget is below the least peak any plan reaches (stating it), or
+            no plan fits both budgets.
+    """
+    budget = parse_bytes(memory_budget)
+    rate = parse_bandwidth(bandwidth)
+    host = None if host_budget is None else parse_bytes(host_budget, "host_budget")
+    layers = profile.planned_layers()
+    backward = [] if backward_seconds is None else [float(s) for s in backward_seconds]
+    if backward and len(backward) != len(profile.layers):
+        raise ValueError(
+            f"backward_seconds: expected one time per layer ({len(profile.layers)}), "
+            f"got {len(backward)}"
+        )
+    if backward and len(layers) > len(profile.layers):
+        backward.append(0.0)  # the code after the chain (Profile.output_held)
+    found = _core.offload_plan(
+        profile.input_bytes,
+        layers,
+        profile.region_overhead_seconds,
+        budget,
+        rate,
+        -1 if host is None else host,
+        backward,
+        slots,
+        host_slots,
+    )
+    actions = tuple(
+        LayerAction(
+            name=layer.name,
+            action=action,
+            option=option,
+            offloaded_bytes=layer.saved_bytes if action == "offload" else 0,
+        )
+        for layer, (action, option) in zip(profile.layers, found.layers)
+    )
+    return OffloadPlan(
+        layers=actions,
+        memory_budget=budget,
+        host_budget=host,
+        bandwidth=rate,
+        predicted_peak_bytes=found.peak_bytes,
+        predicted_recompute_seconds=found.recompute_time,
+        predicted_stall_seconds=found.stall_time,
+        predicted_copy_seconds=found.copy_time,
+        host_bytes=found.host_bytes,
+        minimum_budget_bytes=found.minimum_budget,
+    )
