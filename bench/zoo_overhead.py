@@ -6,9 +6,10 @@
 2. The first step of the test zoo's ConvNeXt (bench/zoo.py's first-step table) over a later one.
 
 Each is run as remat ships and with the host generators' replay off (Python's and NumPy's
-global RNG states, saved and compared around every measuring run and region), to show what
-that part of the replay costs. Off, a block that draws from NumPy would replay other numbers:
-it is measured here, never offered.
+global RNG states, saved and compared around every measuring run and region; NumPy's read from
+its MT19937 struct where that is exact, see remat/eager/numpy_state.py), to show what that part
+of the replay costs. Off, a block that draws from NumPy would replay other numbers: it is
+measured here, never offered.
 
     python bench/zoo_overhead.py          # about 3 minutes on 2 cores
 """
@@ -129,8 +130,9 @@ def main() -> None:
         f"Command: `python bench/zoo_overhead.py`. Machine: {platform.machine()}, torch "
         f"{torch.__version__}, 1 thread; {date.today()}. Host replay: remat saves Python's and "
         "NumPy's global RNG states around each measuring run and region and puts them back for a "
-        "re-run (NumPy's get and set take about 30 us each); off, a block drawing from NumPy "
-        "would replay other numbers, so it is only measured here.",
+        "re-run (NumPy's get_state and set_state take about 30 us each, so its state is read "
+        "from its MT19937 struct where that is exact: remat/eager/numpy_state.py); off, a block "
+        "drawing from NumPy would replay other numbers, so it is only measured here.",
         "",
         "## Every block a region: remat against torch's checkpoint (HF gradient checkpointing)",
         "",

@@ -132,6 +132,41 @@ def test_a_rerun_sets_only_the_generators_its_forward_drew_from(monkeypatch):
     assert random.getstate() == after[0] and torch.equal(own.get_state(), after[1])
 
 
+def _same_numpy_state(a, b) -> bool:
+    return a[0] == b[0] and numpy.array_equal(a[1], b[1]) and tuple(a[2:]) == tuple(b[2:])
+
+
+def test_numpy_s_state_is_read_cheaply_only_where_that_is_exact(monkeypatch):
+    """NumPy's global state is read from its MT19937 struct when that shows nothing moved
+    since the last full read, which had no cached Gaussian; a state with one (a legacy
+    Gaussian drawn an odd number of times) is always read and put back in full, since taking
+    the cached Gaussian moves no other byte."""
+    from remat.eager.numpy_state import NumpyState
+
+    state = NumpyState()
+    numpy.random.seed(5)
+    first = state.snapshot()
+    reads = state.full_reads
+    assert state.snapshot() is first and state.full_reads == reads  # nothing moved: no read
+    sets = []
+    original = numpy.random.set_state
+    monkeypatch.setattr(numpy.random, "set_state", lambda s: sets.append(s) or original(s))
+    state.restore(first)
+    assert sets == []  # already there
+    drawn = numpy.random.rand(3)
+    state.restore(first)
+    assert len(sets) == 1 and numpy.array_equal(numpy.random.rand(3), drawn)
+
+    numpy.random.standard_normal()  # one legacy Gaussian: the next one is cached
+    cached = state.snapshot()
+    assert cached[3] == 1
+    numpy.random.standard_normal()  # takes the cached one: the key and position stay
+    again = state.snapshot()
+    assert again[3] == 0 and not _same_numpy_state(cached, again)
+    state.restore(cached)
+    assert _same_numpy_state(numpy.random.get_state(), cached)
+
+
 def test_a_generator_assigned_anew_every_step_is_replayed():
     # Generator attributes were looked up once per module: one reseeded by assignment each step
     # was not replayed, and the re-runs drew other noise (gradients differed).

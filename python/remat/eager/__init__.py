@@ -15,8 +15,8 @@ identically.
 The package is arranged by stage, and imports run one way only: ``run`` (execution, the entry
 points) uses ``plan`` (the planner, tuning candidates), which uses ``measure`` (calls, ops,
 menus, chains, block calls), which uses ``types`` (the data: profiles and plans). The modules
-at this level besides ``types`` (``_runtime``, ``generators``, ``op_facts``, ``mutation``,
-``caches``, ``blocks``, ``policy``, ``table``) are the helpers every stage shares.
+at this level besides ``types`` (``_runtime``, ``generators``, ``numpy_state``, ``op_facts``,
+``mutation``, ``caches``, ``blocks``, ``policy``, ``table``) are the helpers every stage shares.
 """
 
 from .blocks import Blocks, find_blocks

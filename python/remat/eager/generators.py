@@ -27,6 +27,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
+from .numpy_state import NUMPY_STATE
 from .op_facts import OpFacts, facts_of, generators_given
 
 
@@ -81,18 +82,16 @@ _OPEN: list["GeneratorStates"] = []
 
 
 class _HostGenerators:
-    """Python's global generator, and NumPy's once it is imported, as one generator."""
+    """Python's global generator, and NumPy's once it is imported, as one generator (NumPy's
+    read and put back cheaply where that is exact: see numpy_state.py)."""
 
     def get_state(self) -> Any:
-        numpy = sys.modules.get("numpy")
-        return random.getstate(), None if numpy is None else numpy.random.get_state()
+        return random.getstate(), NUMPY_STATE.snapshot()
 
     def set_state(self, state: Any) -> None:
         python, numpy_state = state
         random.setstate(python)
-        numpy = sys.modules.get("numpy")
-        if numpy is not None and numpy_state is not None:
-            numpy.random.set_state(numpy_state)
+        NUMPY_STATE.restore(numpy_state)
 
 
 _HOST = _HostGenerators()
@@ -168,8 +167,8 @@ class GeneratorReplay:
     A re-run sets (and afterwards puts back) only the generators whose state moved since the
     forward began: one that did not move was not drawn from by the forward, so the re-run,
     which repeats the forward, draws nothing from it either. NumPy's global state costs about
-    as much to set as the block's small ops (tens of microseconds, each way), and almost no
-    block draws from it."""
+    as much to read and set in full as the block's small ops (tens of microseconds, each way),
+    and almost no block draws from it (numpy_state.py reads it cheaply where that is exact)."""
 
     def __init__(self, modules: Sequence[nn.Module], ledger: GeneratorLedger = LEDGER) -> None:
         self._generators: list[Any] = [_HOST, *ledger.of(modules)]
