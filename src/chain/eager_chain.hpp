@@ -17,6 +17,11 @@ inline std::size_t at(std::int64_t i) {
   return static_cast<std::size_t>(i);
 }
 
+// `bytes` in units of `unit`, rounded up: plans counted so always fit the true bytes.
+inline std::int64_t round_up(std::int64_t bytes, std::int64_t unit) {
+  return bytes / unit + (bytes % unit != 0 ? 1 : 0);
+}
+
 // Sizes and prefix sums of one profile, in bytes or in rounded units.
 class Chain {
  public:
@@ -71,10 +76,6 @@ class Chain {
   }
 
  private:
-  static std::int64_t round_up(std::int64_t bytes, std::int64_t unit) {
-    return bytes / unit + (bytes % unit != 0 ? 1 : 0);
-  }
-
   std::int64_t n_;
   std::int64_t input_ = 0;
   double overhead_ = 0;

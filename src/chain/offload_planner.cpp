@@ -40,63 +40,44 @@ namespace {
 
 using chain_model::at;
 using chain_model::kInf;
+using chain_model::round_up;
 
-std::int64_t round_up(std::int64_t bytes, std::int64_t unit) {
-  return bytes / unit + (bytes % unit != 0 ? 1 : 0);
-}
-
-// One layer's sizes in some unit, and its times.
-struct Sizes {
-  std::int64_t saved = 0, output = 0, inner = 0, last = 0;
-  std::vector<std::int64_t> held;  // per option
-};
-
-// What choice c of layer j holds while the rest runs, needs at its forward's end and at its
+// What choice c of a layer holds while the rest runs, needs at its forward's end and at its
 // backward (eager.hpp's model for single-layer regions, and offload.hpp's for offloading).
 struct Footprint {
   std::int64_t hold = 0, forward = 0, backward = 0;
 };
 
-Footprint footprint(const Sizes& s, bool last_layer, const LayerChoice& c) {
-  switch (c.action) {
-    case Action::kKeep: {
-      const std::int64_t kept = last_layer ? s.last : s.inner;
-      return {kept, kept, kept};
-    }
-    case Action::kRegion:
-      return {s.output, s.output, s.last};
-    case Action::kOption: {
-      const std::int64_t h = s.held[at(c.option)];
-      return {s.output + h, s.output + h, s.last + h};
-    }
-    case Action::kOffload:
-      return {s.output, s.inner, s.last};
-  }
-  return {};
-}
-
+// One profile in some unit: eager.hpp's chain (sizes and region costs) and each layer's saved
+// bytes, the part an offload moves.
 class Model {
  public:
   Model(const Profile& profile, const Transfer& transfer, std::int64_t unit)
-      : profile_(profile), transfer_(transfer) {
-    for (const Layer& layer : profile.layers) {
-      Sizes s;
-      s.saved = round_up(layer.saved_bytes, unit);
-      s.output = round_up(layer.output_bytes, unit);
-      s.inner = round_up(layer.saved_bytes + layer.output_bytes, unit);
-      s.last = round_up(layer.saved_bytes + (layer.saves_output ? layer.output_bytes : 0), unit);
-      for (const Option& option : layer.options)
-        s.held.push_back(round_up(option.held_bytes, unit));
-      sizes_.push_back(std::move(s));
-    }
-    input_ = round_up(profile.input_bytes, unit);
+      : profile_(profile), transfer_(transfer), chain_(profile, unit) {
+    for (const Layer& layer : profile.layers) saved_.push_back(round_up(layer.saved_bytes, unit));
   }
 
-  std::int64_t layers() const { return std::ssize(sizes_); }
-  std::int64_t input() const { return input_; }
-  const Sizes& sizes(std::int64_t j) const { return sizes_[at(j)]; }
+  std::int64_t layers() const { return chain_.layers(); }
+  std::int64_t input() const { return chain_.input(); }
+  std::int64_t saved(std::int64_t j) const { return saved_[at(j)]; }
+
   Footprint footprint(std::int64_t j, const LayerChoice& c) const {
-    return eager::footprint(sizes_[at(j)], j + 1 == layers(), c);
+    const std::int64_t output = chain_.boundary(j), last = chain_.kept(j, j);
+    switch (c.action) {
+      case Action::kKeep: {
+        const std::int64_t kept = chain_.kept(j, layers() - 1);  // its last: `last`
+        return {kept, kept, kept};
+      }
+      case Action::kRegion:
+        return {output, output, last};
+      case Action::kOption: {
+        const std::int64_t h = chain_.held(j, c.option);
+        return {output + h, output + h, last + h};
+      }
+      case Action::kOffload:
+        return {output, chain_.kept(j, j + 1), last};
+    }
+    return {};
   }
 
   double backward_time(std::int64_t j) const {
@@ -104,11 +85,8 @@ class Model {
                                            : transfer_.backward_time[at(j)];
   }
   double rerun_cost(std::int64_t j, const LayerChoice& c) const {
-    const Layer& layer = profile_.layers[at(j)];
-    if (c.action == Action::kRegion) return layer.forward_time + profile_.region_overhead;
-    if (c.action == Action::kOption) {
-      return layer.options[at(c.option)].recompute_time + profile_.region_overhead;
-    }
+    if (c.action == Action::kRegion) return chain_.region_cost(j, j);
+    if (c.action == Action::kOption) return chain_.option_cost(j, c.option);
     return 0;
   }
   double copy_time(std::int64_t j) const {
@@ -137,8 +115,8 @@ class Model {
  private:
   const Profile& profile_;
   const Transfer& transfer_;
-  std::vector<Sizes> sizes_;
-  std::int64_t input_ = 0;
+  chain_model::Chain chain_;
+  std::vector<std::int64_t> saved_;
 };
 
 void validate_transfer(const Profile& profile, const Transfer& transfer) {
@@ -187,7 +165,7 @@ std::pair<std::int64_t, std::vector<LayerChoice>> least_peak(const Model& model)
   for (std::int64_t j = n - 1; j >= 0; --j) {
     for (int p = 0; p < 2; ++p) {
       if (p == 1 && j == 0) continue;
-      const std::int64_t extra = p ? model.sizes(j - 1).saved : 0;
+      const std::int64_t extra = p ? model.saved(j - 1) : 0;
       std::int64_t found = std::numeric_limits<std::int64_t>::max();
       for (const LayerChoice& c : model.choices(j)) {
         const Footprint f = model.footprint(j, c);
@@ -224,7 +202,7 @@ OffloadEvaluation evaluate_offload(const Profile& profile, const Transfer& trans
     const LayerChoice& c = choices[at(j)];
     const Footprint f = model.footprint(j, c);
     const bool after_offload = j > 0 && choices[at(j - 1)].action == Action::kOffload;
-    const std::int64_t extra = after_offload ? model.sizes(j - 1).saved : 0;
+    const std::int64_t extra = after_offload ? model.saved(j - 1) : 0;
     e.peak_bytes = std::max(e.peak_bytes, prefix + std::max(f.forward, f.backward) + extra);
     prefix += f.hold;
     e.recompute_time += model.rerun_cost(j, c);
@@ -282,7 +260,7 @@ OffloadPlan plan_offload(const Profile& profile, const Transfer& transfer,
       std::fill(current.begin(), current.end(), kInf);
       for (int p = 0; p < 2; ++p) {
         if (p == 1 && j == 0) continue;
-        const std::int64_t extra = p ? model.sizes(j - 1).saved : 0;
+        const std::int64_t extra = p ? model.saved(j - 1) : 0;
         for (std::size_t k = 0; k < options.size(); ++k) {
           const LayerChoice& c = options[k];
           const Footprint f = model.footprint(j, c);

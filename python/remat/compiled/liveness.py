@@ -94,6 +94,13 @@ class Subgraph:
 StorageCache = dict[fx.Node, dict[int, int]]
 
 
+def _cached_storages(node: fx.Node, cache: StorageCache) -> dict[int, int]:
+    found = cache.get(node)
+    if found is None:
+        found = cache[node] = _storages(node)
+    return found
+
+
 def walk_graph(
     graph: fx.Graph | Subgraph,
     live_on_entry: dict[int, int],
@@ -110,11 +117,9 @@ def walk_graph(
     cache: StorageCache = {} if storages is None else storages
 
     def keys(node: fx.Node) -> dict[int, int]:
-        found = cache.get(node)
-        if found is None:
-            found = cache[node] = _storages(node)
-        return found
+        return _cached_storages(node, cache)
 
+    # What the graph returns is never freed, so its last use does not matter.
     output_keys: set[int] = set()
     for arg in sub.outputs:
         if isinstance(arg, fx.Node):
@@ -124,11 +129,6 @@ def walk_graph(
         for arg in node.all_input_nodes:
             for key in keys(arg):
                 last_use[key] = index
-    after_body = len(sub.body)  # the output node reads its arguments last
-    for arg in sub.outputs:
-        if isinstance(arg, fx.Node):
-            for key in keys(arg):
-                last_use[key] = after_body
 
     live = dict(live_on_entry)
     placeholders: set[int] = set()
@@ -173,7 +173,7 @@ class StepPeak:
     backward_peak: int  # includes the saved bytes, the incoming gradients and the outputs
 
 
-def _input_name(node: fx.Node) -> str:
+def input_name(node: fx.Node) -> str:
     """A backward input's placeholder name: a joint graph's placeholder keeps its target, a
     saved value becomes a placeholder named after its node."""
     return str(node.target) if node.op == "placeholder" else node.name
@@ -193,9 +193,7 @@ def step_peak(
     def keys_of(nodes: Iterable[fx.Node]) -> dict[int, int]:
         found: dict[int, int] = {}
         for node in nodes:
-            if node not in cache:
-                cache[node] = _storages(node)
-            found.update(cache[node])
+            found.update(_cached_storages(node, cache))
         return found
 
     inputs = keys_of(fwd.inputs)
@@ -208,7 +206,7 @@ def step_peak(
         for k, v in keys_of(n for n in returned if n not in user_nodes).items()
         if k not in inputs and k not in user
     }
-    tangents = keys_of(n for n in bwd.inputs if _input_name(n).startswith("tangents"))
+    tangents = keys_of(n for n in bwd.inputs if input_name(n).startswith("tangents"))
     on_entry = {**saved, **user, **tangents}
     backward_walk = walk_graph(bwd, on_entry, kept=set(inputs) | set(user), storages=cache)
     backward_peak = backward_walk.peak + ENGINE_RESERVE

@@ -199,7 +199,7 @@ class Partitioner:
                 self.seconds["liveness"] += time.perf_counter() - walked
         if fast is not None and not self.check:
             return fast
-        exact = self._torch_peak(saved_values)
+        exact = self._torch_peak(saved_values, sym, opaque)
         if fast is not None and fast != exact:
             raise AssertionError(
                 f"remat's split predicts {fast}, torch's {exact}, saving "
@@ -207,9 +207,9 @@ class Partitioner:
             )
         return exact
 
-    def _torch_peak(self, saved_values: list[fx.Node]) -> StepPeak:
-        sym = [n for n in saved_values if partitioners.is_sym_node(n)]
-        opaque = [n for n in saved_values if self._is_opaque(n)]
+    def _torch_peak(
+        self, saved_values: list[fx.Node], sym: list[fx.Node], opaque: list[fx.Node]
+    ) -> StepPeak:
         tensors = [n for n in saved_values if n not in sym and n not in opaque]
         # Keyword arguments torch added over releases (2.11 lacks saved_opaque_nodes).
         optional = {

@@ -27,7 +27,7 @@ import torch
 import torch.fx as fx
 from torch._functorch import partitioners
 
-from .liveness import Subgraph
+from .liveness import Subgraph, input_name
 
 
 def _impure_random() -> bool:
@@ -107,7 +107,8 @@ class JointSplit:
         if first is None:
             return None
         given, kept, _ = first
-        saved = [n for n in saved if self._read(self.index[n], given, kept)]
+        given_set = set(given)
+        saved = [n for n in saved if self._read(self.index[n], given_set, kept)]
         if self._forward_valid is None:
             self._forward_valid = self._valid(self.primals + self.fwd_seeds, True)
         forward = self._extract(
@@ -161,12 +162,11 @@ class JointSplit:
         kept.update(given_set)  # placeholders are never eliminated
         return given, kept, list(outputs)
 
-    def _read(self, i: int, given: list[int], kept: set[int]) -> bool:
+    def _read(self, i: int, given_set: set[int], kept: set[int]) -> bool:
         """Whether the backward reads saved value ``i``: torch drops the saved values whose
         placeholder has no user, or only collective waits that nothing reads."""
         if i in self._bwd_output_indices:
             return True  # the output node reads it
-        given_set = set(given)
         users = [u for u in self.users[i] if u in kept and u not in given_set]
         if not users:
             return False
@@ -182,11 +182,9 @@ class JointSplit:
     def _subgraph(self, given: list[int], kept: set[int], outputs: list[Any]) -> Subgraph:
         inputs = [self.nodes[i] for i in given]
         given_set = set(given)
-        body = [self.nodes[i] for i in sorted(kept) if i not in given_set and self._runs(i)]
+        # Kept nodes besides the inputs are valid ones: call_function and get_attr nodes.
+        body = [self.nodes[i] for i in sorted(kept) if i not in given_set]
         return Subgraph(inputs=inputs, body=body, outputs=outputs)
-
-    def _runs(self, i: int) -> bool:
-        return self.nodes[i].op in ("call_function", "get_attr")
 
     def _reordered(self, given: list[int], kept: set[int], outputs: list[Any]) -> Subgraph:
         """reordering_to_mimic_autograd_engine: from the first node that reads a gradient
@@ -195,7 +193,8 @@ class JointSplit:
         plain = self._subgraph(given, kept, outputs)
         order = list(plain.body)
         position = {node: k for k, node in enumerate(order)}
-        tangents = [n for n in plain.inputs if _is_tangent_input(n)]
+        # torch's _is_tangent on the backward's placeholders, named after their joint nodes.
+        tangents = [n for n in plain.inputs if "tangents" in input_name(n)]
         returned = {o for o in outputs if isinstance(o, fx.Node)}
         first = None
         for tangent in tangents:
@@ -209,8 +208,8 @@ class JointSplit:
         done: set[fx.Node] = set(plain.inputs)
         body: list[fx.Node] = []
 
-        def run(node: fx.Node | None, args: Sequence[fx.Node]) -> None:
-            pending, stack = set(), list(args) if node is None else [node]
+        def run(roots: Sequence[fx.Node]) -> None:
+            pending, stack = set(), list(roots)
             while stack:
                 current = stack.pop()
                 if current in pending or current in done:
@@ -223,15 +222,8 @@ class JointSplit:
 
         for node in order[:first]:
             if node.op == "call_function" and node.target is self._copy:
-                run(node, ())
+                run([node])
         for node in order[first:]:
-            run(node, ())
-        run(None, [o for o in outputs if isinstance(o, fx.Node)])  # the output node's inputs
+            run([node])
+        run([o for o in outputs if isinstance(o, fx.Node)])  # the output node's inputs
         return Subgraph(inputs=plain.inputs, body=body, outputs=outputs)
-
-
-def _is_tangent_input(node: fx.Node) -> bool:
-    """torch's _is_tangent on the backward's placeholder for ``node``, which is named after
-    the joint node (a tangent's target, or a saved value's name)."""
-    name = str(node.target) if node.op == "placeholder" else node.name
-    return "tangents" in name

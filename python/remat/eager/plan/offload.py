@@ -6,7 +6,7 @@ The model: an offloaded layer's saved activations are copied to host memory whil
 layer runs forward and copied back, prefetched, while the next layer runs backward; a copy
 takes bytes / bandwidth and stalls the step by what the compute beside it does not cover. Each
 layer is its own region (as auto_checkpoint checkpoints blocks). This is the plan; running it in
-eager PyTorch is the next stage of this work (docs/eager.md, "Offloading").
+eager PyTorch is the next stage of this work (docs/offload.md).
 """
 
 from __future__ import annotations
@@ -21,9 +21,6 @@ import torch
 from ... import _core
 from ...units import format_bytes, parse_bytes
 from ..types import Profile
-
-#: Layers' actions, as the planner names them.
-ACTIONS = ("keep", "region", "option", "offload")
 
 _RATE = re.compile(r"^\s*(.+?)\s*/\s*s\s*$", re.IGNORECASE)
 
@@ -88,7 +85,7 @@ def _time_copies(device: torch.device, nbytes: int) -> float:
 @dataclass(frozen=True)
 class LayerAction:
     name: str
-    action: str  # one of ACTIONS
+    action: str  # "keep", "region", "option" or "offload"
     option: int  # with "option": an index into the layer's options (its menu); else -1
     offloaded_bytes: int  # with "offload": its saved activations, copied out and back
 
