@@ -35,6 +35,10 @@ struct Transfer {
   std::int64_t host_budget = -1;  // bytes of host memory for offloaded activations; < 0: any
   // Per layer: its backward's compute time; empty: twice its forward time.
   std::vector<double> backward_time = {};
+  // Per layer: whether it may be offloaded; empty: every layer but the last. A layer whose
+  // saved bytes include storage that stays on the device (auto_checkpoint: an output it saves
+  // that the next layer does not take) cannot free them by offloading, so it is not offered.
+  std::vector<bool> offloadable = {};
 };
 
 enum class Action : std::int8_t { kKeep = 0, kRegion = 1, kOption = 2, kOffload = 3 };

@@ -127,6 +127,7 @@ def offload_plan(
     bandwidth: float,
     host_budget: int,
     backward_time: Sequence[float],
+    offloadable: Sequence[bool],
     slots: int,
     host_slots: int,
 ) -> OffloadPlan: ...

@@ -82,6 +82,14 @@ def sac_storage() -> Any:
     return defaultdict(lambda: _MeteredSACStore(meters))
 
 
+def hold_for_meters(owner: Any, tensor: torch.Tensor) -> None:
+    """Counts `tensor`'s storage in every active meter until `owner` is garbage. remat's
+    offloaded block calls keep what they save in their own saved-tensor hooks, which no outer
+    hook sees: they report the storages they hold on the device here."""
+    for meter in list(_active_meters):
+        meter._hold(owner, tensor)
+
+
 class _Saved:
     __slots__ = ("tensor", "__weakref__")
 

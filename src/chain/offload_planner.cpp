@@ -42,6 +42,11 @@ using chain_model::at;
 using chain_model::kInf;
 using chain_model::round_up;
 
+bool may_offload(const Profile& profile, const Transfer& transfer, std::int64_t j) {
+  if (!(transfer.bandwidth > 0) || j + 1 >= std::ssize(profile.layers)) return false;
+  return transfer.offloadable.empty() || transfer.offloadable[at(j)];
+}
+
 // What choice c of a layer holds while the rest runs, needs at its forward's end and at its
 // backward (eager.hpp's model for single-layer regions, and offload.hpp's for offloading).
 struct Footprint {
@@ -108,7 +113,7 @@ class Model {
     for (std::int64_t k = 0; k < std::ssize(profile_.layers[at(j)].options); ++k) {
       out.push_back({Action::kOption, k});
     }
-    if (transfer_.bandwidth > 0) out.push_back({Action::kOffload, -1});
+    if (may_offload(profile_, transfer_, j)) out.push_back({Action::kOffload, -1});
     return out;
   }
 
@@ -133,6 +138,9 @@ void validate_transfer(const Profile& profile, const Transfer& transfer) {
       throw InputError("backward_time", j, "must be finite and >= 0");
     }
   }
+  if (!transfer.offloadable.empty() && transfer.offloadable.size() != profile.layers.size()) {
+    throw InputError("offloadable", std::nullopt, "must have one entry per layer, or none");
+  }
 }
 
 void validate_choices(const Profile& profile, const Transfer& transfer,
@@ -152,6 +160,10 @@ void validate_choices(const Profile& profile, const Transfer& transfer,
     }
     if (c.action == Action::kOffload && !(transfer.bandwidth > 0)) {
       throw InputError("choices", j, "offloads with no bandwidth");
+    }
+    if (c.action == Action::kOffload &&
+        !may_offload(profile, transfer, static_cast<std::int64_t>(j))) {
+      throw InputError("choices", j, "offloads a layer that is not offloadable");
     }
   }
 }
@@ -237,10 +249,11 @@ OffloadPlan plan_offload(const Profile& profile, const Transfer& transfer,
   const Model model(profile, transfer, unit);
   const std::int64_t memory = budget_bytes / unit - model.input();
   // The host dimension, only when offloading everything could exceed the host budget.
-  std::int64_t offloadable = 0;
-  for (std::int64_t j = 0; j + 1 < n; ++j) offloadable += profile.layers[at(j)].saved_bytes;
-  const bool bounded_host =
-      transfer.host_budget >= 0 && transfer.bandwidth > 0 && offloadable > transfer.host_budget;
+  std::int64_t offloadable_bytes = 0;
+  for (std::int64_t j = 0; j < n; ++j) {
+    if (may_offload(profile, transfer, j)) offloadable_bytes += profile.layers[at(j)].saved_bytes;
+  }
+  const bool bounded_host = transfer.host_budget >= 0 && offloadable_bytes > transfer.host_budget;
   const std::int64_t host_unit =
       bounded_host ? std::max<std::int64_t>(1, round_up(transfer.host_budget, host_slots)) : 1;
   const std::int64_t host = bounded_host ? transfer.host_budget / host_unit : 0;

@@ -36,7 +36,8 @@ Profile random_profile(std::mt19937& rng, std::int64_t n) {
   return p;
 }
 
-std::vector<std::vector<LayerChoice>> every_plan(const Profile& p, bool offload) {
+std::vector<std::vector<LayerChoice>> every_plan(const Profile& p, bool offload,
+                                                 const std::vector<bool>& offloadable = {}) {
   std::vector<std::vector<LayerChoice>> plans{{}};
   const std::int64_t n = std::ssize(p.layers);
   for (std::int64_t j = 0; j < n; ++j) {
@@ -46,7 +47,9 @@ std::vector<std::vector<LayerChoice>> every_plan(const Profile& p, bool offload)
       for (std::int64_t k = 0; k < std::ssize(p.layers[j].options); ++k) {
         here.push_back({Action::kOption, k});
       }
-      if (offload) here.push_back({Action::kOffload, -1});
+      if (offload && (offloadable.empty() || offloadable[j])) {
+        here.push_back({Action::kOffload, -1});
+      }
     }
     std::vector<std::vector<LayerChoice>> longer;
     for (const auto& plan : plans) {
@@ -92,7 +95,10 @@ TEST(OffloadPlanner, EqualsExhaustiveSearch) {
       }
     }
     transfer.host_budget = rng() % 3 == 0 ? static_cast<std::int64_t>(rng() % 12) : -1;
-    const auto plans = every_plan(p, true);
+    if (rng() % 3 == 0) {  // some layers may not be offloaded
+      for (std::size_t j = 0; j < p.layers.size(); ++j) transfer.offloadable.push_back(rng() % 2);
+    }
+    const auto plans = every_plan(p, true, transfer.offloadable);
     std::int64_t least = INT64_MAX;
     for (const auto& plan : plans) {
       least = std::min(least, evaluate_offload(p, transfer, plan).peak_bytes);
@@ -115,7 +121,13 @@ TEST(OffloadPlanner, EqualsExhaustiveSearch) {
       ASSERT_LE(got.evaluation.peak_bytes, budget);
       ASSERT_NEAR(got.evaluation.time(), best, 1e-9) << "trial " << trial << " budget " << budget;
       ++compared;
-      for (const LayerChoice& c : got.layers) offloading += c.action == Action::kOffload;
+      for (std::size_t j = 0; j < got.layers.size(); ++j) {
+        const bool offloaded = got.layers[j].action == Action::kOffload;
+        offloading += offloaded;
+        if (!transfer.offloadable.empty()) {
+          ASSERT_TRUE(!offloaded || transfer.offloadable[j]);
+        }
+      }
     }
   }
   EXPECT_GT(compared, 500);
@@ -156,6 +168,24 @@ TEST(OffloadPlanner, ErrorsNameTheField) {
     EXPECT_EQ(e.field(), "choices");
     EXPECT_EQ(e.index(), 2u);
   }
+  choices[2] = {};
+  choices[0] = {Action::kOffload, -1};
+  transfer.offloadable = {false, true, true};
+  try {
+    evaluate_offload(p, transfer, choices);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "choices");
+    EXPECT_EQ(e.index(), 0u);
+  }
+  transfer.offloadable = {true};
+  try {
+    plan_offload(p, transfer, 1 << 20, 64, 16);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "offloadable");
+  }
+  transfer.offloadable = {};
   p.max_region_layers = 0;
   EXPECT_THROW(plan_offload(p, transfer, 1 << 20, 64, 16), InputError);
   p.max_region_layers = 1;

@@ -45,6 +45,28 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.mark.parametrize("name", ["llama", "gpt2", "t5", "convnext", "resnet"])
+def test_zoo_model_offloads_bit_for_bit_within_its_budget(name):
+    """Offload plans (auto_checkpoint(..., offload=True), copies between host tensors on the
+    CPU) at a budget with room to offload: exact, and the blocks' measured device bytes within
+    the prediction."""
+    zoo = ZOO[name]
+    model, plain = pair(zoo, zoo.attention[0])
+    measured = adopt.measure(zoo, model)
+    least, everything = measured.least_budget_bytes, measured.no_checkpoint_bytes
+    budget = least + int(0.6 * (everything - least))
+    expected = train(zoo, plain)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        handle = adopt.enable(zoo, model, budget, offload=True, offload_bandwidth="1TB/s")
+        got = train(zoo, model, blocks=adopt.block_list(zoo, model))
+    remat_warnings = _remat_warnings(caught)
+    assert not remat_warnings and not handle.warnings, remat_warnings or handle.warnings
+    assert differences(got, expected) == []
+    assert handle.plan.offloaded, handle.plan
+    assert max(got.saved_peaks) <= handle.plan.predicted_peak_bytes <= budget, got.saved_peaks
+
+
 @pytest.mark.parametrize("name,attention,fraction", CASES)
 def test_zoo_model_trains_bit_for_bit_within_its_budget(name, attention, fraction):
     zoo = ZOO[name]

@@ -29,6 +29,17 @@ def plan_table(plan: Plan) -> str:
         f"{format_seconds(p.region_overhead_seconds)} per region",
         f"  {len(plan.regions)} checkpoint regions",
     ]
+    offload = plan.offload
+    if offload is not None:
+        host = format_bytes(offload.host_bytes)
+        if offload.host_budget is not None:
+            host += f" of {format_bytes(offload.host_budget)}"
+        lines.append(
+            f"  offloads {len(offload.layers)} layers to host memory ({host}): copies "
+            f"{format_seconds(offload.copy_seconds)} at {format_bytes(offload.bandwidth)}/s, "
+            f"{offload.hidden_share:.0%} hidden behind compute (predicted stall "
+            f"{format_seconds(offload.stall_seconds)})"
+        )
     if plan.timings:
         measured = ", ".join(f"{label} {format_seconds(t)}" for label, t in plan.timings)
         lines.append(f"  tuned: chose {plan.choice} by measured forward + backward ({measured})")
@@ -41,6 +52,9 @@ def plan_table(plan: Plan) -> str:
         f"{format_bytes(p.input_bytes):>10}",
     ]
     depth = max((d for _, _, d in plan.regions), default=-1) + 1
+    offloaded = set(plan.offloaded)
+    if offloaded:
+        depth = max(depth, 1)
     selective_regions = {plan.regions[r][0] for r in range(len(plan.regions)) if plan.keeps_ops(r)}
     for i, (layer, runs) in enumerate(zip(p.layers, plan.runs())):
         marks = [" "] * depth
@@ -55,6 +69,8 @@ def plan_table(plan: Plan) -> str:
                     if i == last
                     else "|"
                 )
+        if i in offloaded:
+            marks[0] = "o"
         lines.append(
             f"  {i:>4}  {layer.name:<{width}}  {format_bytes(layer.saved_bytes):>10} "
             f"{format_bytes(layer.output_bytes):>10} {format_bytes(held[i]):>10} "
@@ -89,6 +105,11 @@ def plan_table(plan: Plan) -> str:
         "  regions: one column per nesting depth, / first layer, | inside, \\ last layer,",
         "  = a region of one layer, ~ one run selectively (the ops it keeps are listed above).",
     ]
+    if offloaded:
+        lines += [
+            "  o: its saved bytes go to host memory once the next layer's forward has run, and",
+            "  come back (prefetched) when backward reaches the next layer.",
+        ]
     return "\n".join(lines)
 
 

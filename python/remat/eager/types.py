@@ -80,6 +80,10 @@ class LayerProfile:
     # region outside every other region, the layer may keep held_bytes of its ops' outputs until
     # its re-run and re-run in recompute_seconds instead of forward_seconds.
     options: tuple[tuple[int, float], ...] = ()
+    # Whether offloading its saved bytes takes them all off the device: False when some are
+    # outputs the next layer does not take (kept on the device by an offloaded call). Not
+    # written to JSON: a profile read back takes every layer as offloadable.
+    offloadable: bool = True
 
 
 @dataclass(frozen=True)
@@ -197,8 +201,30 @@ class Region(NamedTuple):
 
 
 @dataclass(frozen=True)
+class OffloadFigures:
+    """Which layers a plan offloads (their saved activations copied to host memory after
+    their forward and back before their backward), and what the model predicts for the
+    copies (remat/offload.hpp)."""
+
+    layers: tuple[int, ...]  # offloaded layers, by index
+    bandwidth: float  # bytes per second, each way
+    host_bytes: int  # offloaded bytes on the host at the end of the forward
+    host_budget: int | None
+    copy_seconds: float  # every copy, out and back
+    stall_seconds: float  # copy time not hidden behind compute
+
+    @property
+    def hidden_share(self) -> float:
+        """The share of the copy time that runs behind compute (1.0 with no copy)."""
+        if self.copy_seconds <= 0:
+            return 1.0
+        return 1.0 - self.stall_seconds / self.copy_seconds
+
+
+@dataclass(frozen=True)
 class Plan:
-    """Where the checkpoint regions go, and what the planner predicts for them."""
+    """Where the checkpoint regions go, which layers are offloaded, and what the planner
+    predicts for them."""
 
     regions: tuple[Region, ...]  # pre-order
     memory_budget: int
@@ -220,6 +246,14 @@ class Plan:
     options: tuple[int, ...] = ()
     # What the plan was made for: the input's shapes, dtypes and devices (None: from a profile).
     input_signature: Any = field(default=None, repr=False, compare=False)
+    # The layers whose saved activations go to host memory (None: none). Their copies' stall is
+    # part of the plan's cost, not of predicted_recompute_seconds.
+    offload: OffloadFigures | None = None
+
+    @property
+    def offloaded(self) -> tuple[int, ...]:
+        """The layers whose saved activations this plan offloads."""
+        return () if self.offload is None else self.offload.layers
 
     def core_regions(self) -> list[tuple[int, int, int, int]]:
         """The regions as the C++ core takes them: (first, last, depth, option)."""
@@ -238,7 +272,8 @@ class Plan:
         return runs
 
     def kept(self) -> list[bool]:
-        """Whether each layer's saved activations are kept from the first forward pass."""
+        """Whether each layer's saved activations are kept from the first forward pass (on the
+        device, or offloaded to host memory and back)."""
         return [r == 1 for r in self.runs()]
 
     def _entry(self, region: int) -> MenuEntry | None:
@@ -278,7 +313,8 @@ class Plan:
         and its output, a region only its output (on its last layer) and, run with an option,
         the option's held bytes, layers inside a region nothing. With the chain's input they add
         up to the peak at the end of the forward pass; a re-run in backward can raise the peak
-        above that (never above the prediction)."""
+        above that (never above the prediction). An offloaded layer holds its output (its saved
+        bytes are on the host once the next layer's forward ends)."""
         layers = self.profile.layers
         # The chain's last layer holds its output only when it saves it, or when the code after
         # the chain keeps it (output_held): then no layer ends the chain.
@@ -290,9 +326,12 @@ class Plan:
             for (first, _, _), option in zip(self.regions, self.options)
             if option >= 0
         }
+        offloaded = set(self.offloaded)
         for i, layer in enumerate(layers):
             region = next(((f, l) for f, l in outer if f <= i <= l), None)
-            if region is not None:
+            if i in offloaded:  # never the last layer
+                held.append(layer.output_bytes)
+            elif region is not None:
                 output = layer.output_bytes if i == region[1] and i < n - 1 else 0
                 held.append(output + cache.get(i, 0))
             elif i < n - 1 or layer.saves_output:

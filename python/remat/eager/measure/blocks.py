@@ -120,6 +120,8 @@ def chain_profile(
         # as the gate of x, gate = block(x)) is the block's own.
         saves_boundary = bool(call.saved_outputs & boundary)
         saved_bytes = call.own_bytes + _bytes(call.saved_outputs - boundary)
+        # An offloaded call keeps its outputs on the device: only its own bytes move.
+        offloadable = not call.saved_outputs - boundary
         # An output the model's own code saves (T5's encoder norm, a downsampling conv between
         # stages) stays in memory, region or not, until that code's backward.
         boundary |= (call.output_keys & held_outside) - shared
@@ -132,6 +134,7 @@ def chain_profile(
                 output_bytes=_bytes(boundary),
                 saves_output=saves_boundary,
                 forward_seconds=call.forward_seconds,
+                offloadable=offloadable,
             )
         )
         selective_layers.append(call.ops)

@@ -43,6 +43,7 @@ def agree_on_profile(profile: Profile, budget: int, group: PlanGroup = None) -> 
             output_bytes=max(l.output_bytes for l in versions),
             saves_output=any(l.saves_output for l in versions),
             forward_seconds=statistics.median(l.forward_seconds for l in versions),
+            offloadable=all(l.offloadable for l in versions),
         )
         menus = [p.selective[index] if p.selective else None for p in profiles]
         options, agreed_menu = _agreed_options(versions, menus)

@@ -5,22 +5,24 @@ search), and the copy bandwidth that model needs.
 The model: an offloaded layer's saved activations are copied to host memory while the next
 layer runs forward and copied back, prefetched, while the next layer runs backward; a copy
 takes bytes / bandwidth and stalls the step by what the compute beside it does not cover. Each
-layer is its own region (as auto_checkpoint checkpoints blocks). This is the plan; running it in
-eager PyTorch is the next stage of this work (docs/offload.md).
+layer is its own region (as auto_checkpoint checkpoints blocks). auto_checkpoint(...,
+offload=...) plans with plan_with_offload and runs the plan (run/offload.py; docs/offload.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
-from ... import _core
+from ... import _core, _distributed
 from ...units import format_bytes, parse_bytes
-from ..types import Profile
+from ..types import OffloadFigures, Plan, Profile, Region
+from .planner import plan_profile
 
 _RATE = re.compile(r"^\s*(.+?)\s*/\s*s\s*$", re.IGNORECASE)
 
@@ -39,6 +41,46 @@ def parse_bandwidth(value: int | float | str) -> float:
             f"offload_bandwidth: expected a positive number of bytes per second, got {value!r}"
         )
     return float(value)
+
+
+@dataclass(frozen=True)
+class OffloadSettings:
+    """auto_checkpoint's offload arguments, checked: whether plans may offload, the host
+    budget, and the copy bandwidth (None: measured on the blocks' device when first needed)."""
+
+    mode: bool | str = False  # False, "auto" (CUDA devices only) or True (any device)
+    host_budget: int | None = None
+    bandwidth: float | None = None
+
+    @classmethod
+    def of(
+        cls,
+        offload: bool | str,
+        host_budget: int | float | str | None,
+        offload_bandwidth: int | float | str | None,
+    ) -> "OffloadSettings":
+        if not (offload is False or offload is True or offload == "auto"):
+            raise ValueError(
+                f"offload: expected False, 'auto' or True, got {offload!r} ('auto' offloads on "
+                "CUDA devices; True on any, as a copy between host tensors on the CPU)"
+            )
+        return cls(
+            mode=offload,
+            host_budget=None if host_budget is None else parse_bytes(host_budget, "host_budget"),
+            bandwidth=None if offload_bandwidth is None else parse_bandwidth(offload_bandwidth),
+        )
+
+    def for_device(self, device: torch.device, group: Any = None) -> float | None:
+        """The bandwidth to plan with for blocks on `device`, or None when not offloading
+        there. A measured bandwidth is the least over a plan group's ranks (one plan for all)."""
+        if self.mode is False or self.mode == "auto" and device.type != "cuda":
+            return None
+        if self.bandwidth is not None:
+            return self.bandwidth
+        measured = measure_bandwidth(device)
+        if _distributed.active(group):
+            measured = min(_distributed.all_gather(measured, "the offload bandwidth", group))
+        return measured
 
 
 _MEASURED: dict[str, float] = {}
@@ -148,6 +190,7 @@ def plan_offload(
     bandwidth: int | float | str,
     host_budget: int | float | str | None = None,
     backward_seconds: Sequence[float] | None = None,
+    offloadable: Sequence[bool] | None = None,
     slots: int = 2048,
     host_slots: int = 64,
 ) -> OffloadPlan:
@@ -161,6 +204,7 @@ def plan_offload(
         bandwidth: copy bytes per second each way ("25GB/s", or :func:`measure_bandwidth`).
         host_budget: host bytes for offloaded activations (None: any).
         backward_seconds: per layer, its backward's compute time (None: twice its forward's).
+        offloadable: per layer, whether it may be offloaded (None: every layer but the last).
         slots: the device memory resolution; host_slots: the host memory resolution (sizes are
             rounded up, so the plan always fits).
 
@@ -181,8 +225,16 @@ def plan_offload(
             f"backward_seconds: expected one time per layer ({len(profile.layers)}), "
             f"got {len(backward)}"
         )
-    if backward and len(layers) > len(profile.layers):
-        backward.append(0.0)  # the code after the chain (Profile.output_held)
+    mask = [] if offloadable is None else [bool(o) for o in offloadable]
+    if mask and len(mask) != len(profile.layers):
+        raise ValueError(
+            f"offloadable: expected one flag per layer ({len(profile.layers)}), got {len(mask)}"
+        )
+    if len(layers) > len(profile.layers):  # the code after the chain (Profile.output_held)
+        if backward:
+            backward.append(0.0)
+        if mask:
+            mask.append(False)
     found = _core.offload_plan(
         profile.input_bytes,
         layers,
@@ -191,6 +243,7 @@ def plan_offload(
         rate,
         -1 if host is None else host,
         backward,
+        mask,
         slots,
         host_slots,
     )
@@ -214,4 +267,66 @@ def plan_offload(
         predicted_copy_seconds=found.copy_time,
         host_bytes=found.host_bytes,
         minimum_budget_bytes=found.minimum_budget,
+    )
+
+
+# An offload plan replaces the keep/recompute plan only when it is predicted faster by more than
+# this share of the step's forward time: copies that the model says hide behind compute still
+# take memory bandwidth from it.
+_MARGIN = 0.01
+
+
+def plan_with_offload(
+    profile: Profile,
+    memory_budget: int,
+    *,
+    bandwidth: float,
+    host_budget: int | None,
+    slots: int | None = None,
+) -> Plan:
+    """auto_checkpoint's plan when it may offload: the keep/recompute plan (plan_profile), or,
+    where offloading some layers is predicted to cost less re-run and stall time, the offload
+    plan as a Plan whose `offload` names those layers (its regions are the rest's re-runs).
+
+    Raises:
+        remat.InputError: the budget is below the least peak any plan reaches (stating it).
+    """
+    base = plan_profile(profile, memory_budget, slots=slots)
+    if profile.max_region_layers != 1 or len(profile.layers) < 2:
+        return base
+    try:
+        found = plan_offload(
+            profile,
+            memory_budget,
+            bandwidth=bandwidth,
+            host_budget=host_budget,
+            offloadable=[layer.offloadable for layer in profile.layers],
+            slots=2048 if slots is None else slots,
+        )
+    except _core.InputError:  # a host budget that no offload plan fits: keep/recompute's
+        return base
+    cost = found.predicted_recompute_seconds + found.predicted_stall_seconds
+    margin = _MARGIN * profile.forward_seconds
+    if not found.offloaded or cost >= base.predicted_recompute_seconds - margin:
+        return base
+    regions, options = [], []
+    for index, layer in enumerate(found.layers):
+        if layer.action in ("region", "option"):
+            regions.append(Region(index, index, 0))
+            options.append(layer.option)
+    return dataclasses.replace(
+        base,
+        regions=tuple(regions),
+        options=tuple(options),
+        predicted_peak_bytes=found.predicted_peak_bytes,
+        predicted_recompute_seconds=found.predicted_recompute_seconds,
+        predicted_stage_peak_bytes=found.predicted_peak_bytes,
+        offload=OffloadFigures(
+            layers=found.offloaded,
+            bandwidth=found.bandwidth,
+            host_bytes=found.host_bytes,
+            host_budget=host_budget,
+            copy_seconds=found.predicted_copy_seconds,
+            stall_seconds=found.predicted_stall_seconds,
+        ),
     )

@@ -31,6 +31,7 @@ from ...units import parse_bytes
 from .._runtime import _PreservedState, _signature, _tensors, clock, in_backward, run_context
 from ..blocks import Blocks, find_blocks
 from ..measure.ops import ModesCache
+from ..plan.offload import OffloadSettings
 from ..plan.planner import check_planner_options
 from ..types import Plan, Profile
 from .block_calls import BlockCalls
@@ -65,6 +66,7 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
         plan_group: Any = None,
         granularity: str = "op",
         measuring: bool = False,
+        offload: OffloadSettings | None = None,
     ) -> None:
         _distributed.active(plan_group)  # checks its value
         # measure()'s handle: a chain is planned as auto_checkpoint plans it, and its step runs
@@ -74,6 +76,18 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
         if granularity not in ("op", "block"):
             raise ValueError(f"granularity: expected 'op' or 'block', got {granularity!r}")
         self.granularity = granularity
+        offload = offload or OffloadSettings()
+        if offload.mode is not False and blocks.chain is not None:
+            raise ValueError(
+                f"offload: {blocks.path} is a stock nn.Sequential, planned as one chain of nested "
+                "regions, which offload plans do not cover; pass its blocks as a list "
+                f"(blocks=list(model.{blocks.path})) to plan them one call at a time"
+            )
+        if offload.mode is not False and microbatches_in_flight != 1:
+            raise ValueError(
+                "offload: plans for a pipeline stage (microbatches_in_flight > 1) do not offload"
+            )
+        self.offload = offload
         self.microbatches_in_flight = microbatches_in_flight
         self.plan_group = plan_group
         self.model = model
@@ -236,6 +250,8 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
         step, self._step = self._step, None
         if step is not None and step.outside is not None:
             step.outside.__exit__(None, None, None)
+        if step is not None and step.pending_offload is not None:
+            step.pending_offload.release()  # the last call is kept: only off a plan
         # torch calls this hook (always_call) from its handler when the forward raised, with no
         # output: a step cut short measured only some blocks, and the next step measures again.
         cut_short = output is None and sys.exc_info()[1] is not None
@@ -272,6 +288,9 @@ def auto_checkpoint(
     microbatches_in_flight: int = 1,
     plan_group: Any = None,
     granularity: str = "op",
+    offload: bool | str = False,
+    host_budget: int | float | str | None = None,
+    offload_bandwidth: int | float | str | None = None,
 ) -> AutoCheckpoint:
     """Makes every training step of `model` follow a checkpoint plan for `memory_budget`.
 
@@ -302,6 +321,14 @@ def auto_checkpoint(
         granularity: "op" (the default) also considers selective checkpointing of single
             blocks, torch's SAC keeping the outputs of the ops the planner picks; "block" plans
             whole-block regions only.
+        offload: whether a block's saved activations may also go to host memory after its
+            forward and come back, prefetched, before its backward (docs/offload.md). False
+            (the default): keep or recompute only. "auto": where the blocks run on CUDA and
+            the copies are predicted to cost less than the re-runs they replace. True: on any
+            device (on the CPU the "host" copy is another host tensor: for testing).
+        host_budget: host bytes for offloaded activations (None: any), in bytes or with a unit.
+        offload_bandwidth: copy bytes per second each way ("25GB/s"); None: measured once per
+            process on the blocks' device.
 
     Returns:
         The handle: its ``plan``, ``plans``, ``blocks`` and ``warnings``, and ``remove()``.
@@ -329,12 +356,21 @@ def auto_checkpoint(
         )
     budget = parse_bytes(memory_budget)
     check_planner_options(slots, microbatches_in_flight)  # not only at the first step
+    offloading = OffloadSettings.of(offload, host_budget, offload_bandwidth)
     chosen = find_blocks(model, blocks)
     _log.info("auto_checkpoint: blocks %s", chosen.describe())
     if verbose:
         print(f"remat.auto_checkpoint: blocks {chosen.describe()}")
     handle = AutoCheckpoint(
-        model, chosen, budget, slots, tune, microbatches_in_flight, plan_group, granularity
+        model,
+        chosen,
+        budget,
+        slots,
+        tune,
+        microbatches_in_flight,
+        plan_group,
+        granularity,
+        offload=offloading,
     )
     if example_inputs is not None or example_kwargs is not None:
         try:

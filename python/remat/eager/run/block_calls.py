@@ -14,6 +14,7 @@ from .._runtime import _signature, _tensors
 from ..caches import without_caches
 from ..generators import measuring_now
 from .buffers import BufferReplay
+from .offload import OffloadedCall
 from .step import _Step
 
 
@@ -52,16 +53,58 @@ class BlockCalls:
                 "int that does not change what the block saves (a timestep, a step count) keeps "
                 "the plan when passed as a float or a tensor"
             )
-            return self._run(module, original, args, kwargs, checkpointed=True)
+            out = self._run(module, original, args, kwargs, checkpointed=True)
+            if step.pending_offload is not None:
+                self._hand_over(step, out, None)
+            return out
         self.plan = step.plan
-        return self._run(
-            module,
-            original,
-            args,
-            kwargs,
-            checkpointed=position in planned.regions,
-            context_fn=planned.regions.get(position),
-        )
+        if not planned.offloaded:
+            return self._run(
+                module,
+                original,
+                args,
+                kwargs,
+                checkpointed=position in planned.regions,
+                context_fn=planned.regions.get(position),
+            )
+        offloaded = None
+        if position in planned.offloaded and not torch.compiler.is_compiling():
+            out, offloaded = self._run_offloaded(step, module, original, args, kwargs)
+        else:  # under torch.compile's tracing an offloaded call runs as a region (less memory)
+            checkpointed = position in planned.regions or position in planned.offloaded
+            context_fn = planned.regions.get(position)
+            out = self._run(module, original, args, kwargs, checkpointed, context_fn)
+        self._hand_over(step, out, offloaded)
+        return out
+
+    def _run_offloaded(
+        self,
+        step: _Step,
+        module: nn.Module,
+        original: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> tuple[Any, OffloadedCall]:
+        call = OffloadedCall(self._name(module), (args, kwargs), self._excluded(step), self._warn)
+        self._inside += 1
+        try:
+            with call.hooks():
+                out = original(*args, **kwargs)
+        finally:
+            self._inside -= 1
+        call.finish(out)
+        return out, call
+
+    @staticmethod
+    def _hand_over(step: _Step, out: Any, offloaded: OffloadedCall | None) -> None:
+        """A block call of a plan that offloads has run: the previous offloaded call's device
+        storages go (its copy out ran beside this forward), and its copies back start when a
+        gradient reaches this call's outputs."""
+        previous = step.pending_offload
+        if previous is not None:
+            previous.release()
+            previous.prefetch_at(out)
+        step.pending_offload = offloaded
 
     def _without_caches(
         self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]

@@ -18,6 +18,7 @@ from ..measure.calls import measure_call
 from ..measure.chain import _region_overhead
 from ..measure.ops import measure_with_ops
 from ..plan.agree import agree_on_profile
+from ..plan.offload import plan_with_offload
 from ..plan.planner import plan_profile
 from ..types import Profile
 from .step import _BlockPlan, _output_keys, _Step
@@ -118,18 +119,30 @@ class FirstStep:
         """The plan of this rank's `calls` from its `profile` (agreed on with the other ranks),
         kept under `plan_key`."""
         profile = agree_on_profile(profile, self.memory_budget, self.plan_group)
-        made = plan_profile(
-            profile,
-            self.memory_budget,
-            slots=self.slots,
-            microbatches_in_flight=self.microbatches_in_flight,
+        offload = self.offload.for_device(self._device, self.plan_group)
+        if offload is None:
+            made = plan_profile(
+                profile,
+                self.memory_budget,
+                slots=self.slots,
+                microbatches_in_flight=self.microbatches_in_flight,
+            )
+        else:
+            made = plan_with_offload(
+                profile,
+                self.memory_budget,
+                bandwidth=offload,
+                host_budget=self.offload.host_budget,
+                slots=self.slots,
+            )
+        _distributed.verify_same_plan(
+            (made.regions, made.options, made.offloaded), group=self.plan_group
         )
-        _distributed.verify_same_plan((made.regions, made.options), group=self.plan_group)
         regions = {
             first: made.context_fn(index, self._warn)
             for index, (first, _, _) in enumerate(made.regions)
         }
-        found = _BlockPlan(made, calls, regions)
+        found = _BlockPlan(made, calls, regions, frozenset(made.offloaded))
         self._block_plans[plan_key] = found
         self.plans[key] = made
         self.plan = made

@@ -15,6 +15,7 @@ from .._runtime import _tensors
 from ..measure.blocks import RecordedCall
 from ..measure.ops import ModesCache
 from ..types import Plan
+from .offload import OffloadedCall
 
 
 def _output_keys(value: Any, excluded: set[tuple[str, int, int]]) -> list[Any]:
@@ -48,6 +49,9 @@ class _Step:
     # whether the model holds FSDP2 modules.
     excluded: set[tuple[str, int, int]] | None = None
     sharded: bool = False
+    # Following a plan that offloads: the last offloaded call, until the next call's forward
+    # has run (see run/offload.py).
+    pending_offload: OffloadedCall | None = None
 
 
 class _OutsideSaves:
@@ -126,3 +130,4 @@ class _BlockPlan:
     # Call position -> how it runs as a region: None re-runs everything, else the
     # torch.utils.checkpoint context_fn of its selective (op-level) policy.
     regions: dict[int, Callable[[], Any] | None]
+    offloaded: frozenset[int] = frozenset()  # call positions whose saved tensors go to the host

@@ -1,0 +1,290 @@
+"""auto_checkpoint(..., offload=...) running offload plans in eager PyTorch, on the CPU: the "host"
+copy is another host tensor, so what the device holds is what SavedTensorMeter counts. Every
+run is compared bit for bit with plain training; the measured peak must stay within the
+prediction and the prediction within the budget."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import remat.torch as rt
+from remat.eager import plan_offload
+from remat.eager.run import offload as offload_run
+from zoo.meter import BlockMeter
+
+FAST = "1TB/s"  # copies that cost nothing: the planner offloads wherever it can
+
+
+class Block(nn.Module):
+    def __init__(self, width: int = 32) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.up = nn.Linear(width, 4 * width)
+        self.down = nn.Linear(4 * width, width)
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.drop(self.down(torch.nn.functional.gelu(self.up(self.norm(x)))))
+
+
+class Net(nn.Module):
+    def __init__(self, blocks: int = 6, width: int = 32) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(Block(width) for _ in range(blocks))
+        self.head = nn.Linear(width, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+class HFStyleLayer(nn.Module):
+    """A decoder layer as Hugging Face writes them: a mask and rotary tables as keyword
+    arguments, a tuple out."""
+
+    def __init__(self, width: int = 32) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(width, 3 * width)
+        self.out = nn.Linear(width, width)
+        self.mlp = Block(width)
+
+    def forward(self, hidden, attention_mask=None, position_embeddings=None):
+        cos, sin = position_embeddings
+        q, k, v = self.qkv(hidden).chunk(3, dim=-1)
+        q, k = q * cos + q.roll(1, -1) * sin, k * cos + k.roll(1, -1) * sin
+        scores = (q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5 + attention_mask
+        attended = torch.softmax(scores, dim=-1) @ v
+        hidden = hidden + self.out(attended)
+        return (self.mlp(hidden),)
+
+
+class HFStyleModel(nn.Module):
+    def __init__(self, layers: int = 5, width: int = 32) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(50, width)
+        self.layers = nn.ModuleList(HFStyleLayer(width) for _ in range(layers))
+        self.norm = nn.LayerNorm(width)
+        self.lm_head = nn.Linear(width, 50, bias=False)
+        self.lm_head.weight = self.embed.weight  # tied
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        hidden = self.embed(ids)
+        seq = ids.shape[1]
+        mask = torch.full((seq, seq), float("-inf")).triu(1)
+        angles = torch.arange(seq)[:, None] * torch.ones(hidden.shape[-1]) / 10
+        rotary = (angles.cos(), angles.sin())
+        for layer in self.layers:
+            hidden = layer(hidden, attention_mask=mask, position_embeddings=rotary)[0]
+        return self.lm_head(self.norm(hidden))
+
+
+def _train(model, batch, loss_fn, steps=3, meter=False):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses, grads, peaks = [], [], []
+    torch.manual_seed(0)
+    for step in range(steps):
+        optimizer.zero_grad(set_to_none=True)
+        if meter and step > 0:  # the first step measures
+            with BlockMeter(model, model.layers) as m:  # the budget's bytes: the blocks'
+                loss = loss_fn(model(batch))
+                loss.backward()
+            peaks.append(m.peak_bytes)
+        else:
+            loss = loss_fn(model(batch))
+            loss.backward()
+        losses.append(loss.detach().clone())
+        grads.append([p.grad.clone() for p in model.parameters()])
+        optimizer.step()
+    return losses, grads, peaks, {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def _check_exact(got, want):
+    for x, y in zip(got[0], want[0]):
+        assert torch.equal(x, y)
+    for gx, gy in zip(got[1], want[1]):
+        assert all(torch.equal(a, b) for a, b in zip(gx, gy))
+    assert all(torch.equal(got[3][k], want[3][k]) for k in want[3])
+
+
+CASES = {
+    "mlp": (lambda: Net(), lambda: torch.randn(16, 32), lambda out: out.sum()),
+    "hf_style": (
+        lambda: HFStyleModel(),
+        lambda: torch.randint(0, 50, (2, 12)),
+        lambda out: out.logsumexp(-1).sum(),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("fraction", [0.0, 0.3, 0.6])
+def test_offload_plans_train_bit_for_bit_within_the_prediction(name, fraction):
+    build, batch_of, loss_fn = CASES[name]
+    torch.manual_seed(3)
+    model = build()
+    plain = copy.deepcopy(model)
+    batch = batch_of()
+    measured = rt.measure(copy.deepcopy(model), batch, verbose=False)
+    least, everything = measured.least_budget_bytes, measured.no_checkpoint_bytes
+    budget = least + int(fraction * (everything - least))
+    want = _train(plain, batch, loss_fn)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no remat warning
+        handle = rt.auto_checkpoint(
+            model, memory_budget=budget, offload=True, offload_bandwidth=FAST
+        )
+        got = _train(model, batch, loss_fn, meter=True)
+    _check_exact(got, want)
+    plan = handle.plan
+    assert max(got[2]) <= plan.predicted_peak_bytes <= budget, (got[2], plan)
+    if fraction > 0:  # room for an offloaded layer's bytes beside the next layer's
+        assert plan.offloaded, plan
+    assert set(plan.offloaded).isdisjoint(first for first, _, _ in plan.regions)
+    assert len(plan.profile.layers) - 1 not in plan.offloaded
+
+
+def test_an_offload_plan_is_cheaper_than_re_running_at_the_same_budget():
+    torch.manual_seed(3)
+    model, batch = Net(), torch.randn(16, 32)
+    measured = rt.measure(copy.deepcopy(model), batch, verbose=False)
+    budget = (3 * measured.least_budget_bytes + measured.no_checkpoint_bytes) // 4
+    kept = rt.auto_checkpoint(copy.deepcopy(model), memory_budget=budget)
+    offloading = rt.auto_checkpoint(
+        model, memory_budget=budget, offload=True, offload_bandwidth=FAST
+    )
+    for m in (kept.model, model):
+        m(batch).sum().backward()
+    assert offloading.plan.offloaded and not kept.plan.offloaded
+    assert kept.plan.predicted_recompute_seconds > 0
+    assert offloading.plan.predicted_recompute_seconds < kept.plan.predicted_recompute_seconds
+    table = str(offloading.plan)
+    assert "offloads" in table and " o" in table
+    assert pickle.loads(pickle.dumps(offloading.plan)).offloaded == offloading.plan.offloaded
+
+
+def test_copies_back_start_when_the_gradient_reaches_the_next_block(monkeypatch):
+    """Prefetch one block ahead: by the time backward unpacks an offloaded tensor, its copy back
+    has started (no copy is made on demand)."""
+    torch.manual_seed(3)
+    model, batch = Net(), torch.randn(16, 32)
+    measured = rt.measure(copy.deepcopy(model), batch, verbose=False)
+    budget = (measured.least_budget_bytes + measured.no_checkpoint_bytes) // 3
+    handle = rt.auto_checkpoint(model, memory_budget=budget, offload=True, offload_bandwidth=FAST)
+    model(batch).sum().backward()
+    assert handle.plan.offloaded
+    on_demand, unpacked = [], []
+    original = offload_run._Stored.on_device
+
+    def on_device(stored):
+        unpacked.append(stored)
+        if stored.resident is None and stored.back is None:
+            on_demand.append(stored)
+        return original(stored)
+
+    monkeypatch.setattr(offload_run._Stored, "on_device", on_device)
+    model(batch).sum().backward()
+    assert unpacked and not on_demand
+
+
+def test_a_saved_tensor_changed_in_place_raises_as_autograd_does():
+    x = torch.randn(8, 16, requires_grad=True)
+
+    def block() -> torch.Tensor:
+        y = torch.sigmoid(x)  # sigmoid saves its output
+        z = y * 3
+        y.add_(1)  # then changes it: autograd refuses in backward
+        return z
+
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        block().sum().backward()
+    call = offload_run.OffloadedCall("Block", (x,), set(), lambda _: None)
+    with call.hooks():
+        out = block()
+    call.finish(out)
+    call.release()
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
+
+
+def test_outputs_a_block_saves_but_does_not_pass_on_keep_it_from_being_offloaded():
+    """A block that saves an output the next block does not take (a gate returned beside the
+    hidden state) keeps that output on the device when offloaded, so the planner is told not to
+    offload it."""
+
+    class Gated(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(16, 16)
+
+        def forward(self, x):
+            gate = torch.sigmoid(self.lin(x))  # saved by sigmoid, returned
+            return x * gate + x, gate
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList(Gated() for _ in range(4))
+
+        def forward(self, x):
+            for layer in self.layers:
+                x, _ = layer(x)
+            return x
+
+    torch.manual_seed(0)
+    model, batch = Model(), torch.randn(8, 16)
+    plain = copy.deepcopy(model)
+    measured = rt.measure(copy.deepcopy(model), batch, verbose=False)
+    budget = (measured.least_budget_bytes + measured.no_checkpoint_bytes) // 2
+    handle = rt.auto_checkpoint(model, memory_budget=budget, offload=True, offload_bandwidth=FAST)
+    loss_fn = lambda out: out.sum()  # noqa: E731
+    want = _train(plain, batch, loss_fn)
+    got = _train(model, batch, loss_fn, meter=True)
+    _check_exact(got, want)
+    layers = handle.plan.profile.layers
+    assert not any(layer.offloadable for layer in layers[:-1])  # the last is never offloaded
+    assert not handle.plan.offloaded
+    assert max(got[2]) <= handle.plan.predicted_peak_bytes <= budget
+    unmasked = plan_offload(handle.plan.profile, budget, bandwidth=FAST)
+    assert unmasked.offloaded  # the flag, not the budget, is what keeps them
+
+
+def test_offload_settings_are_checked_where_they_are_given():
+    model = Net()
+    with pytest.raises(ValueError, match="offload: expected False, 'auto' or True"):
+        rt.auto_checkpoint(model, memory_budget="1GiB", offload="yes")
+    with pytest.raises(ValueError, match="offload_bandwidth"):
+        rt.auto_checkpoint(model, memory_budget="1GiB", offload=True, offload_bandwidth="fast")
+    with pytest.raises(ValueError, match="host_budget"):
+        rt.auto_checkpoint(model, memory_budget="1GiB", offload=True, host_budget="lots")
+    with pytest.raises(ValueError, match="microbatches_in_flight"):
+        rt.auto_checkpoint(model, memory_budget="1GiB", offload=True, microbatches_in_flight=2)
+    chain = nn.Sequential(*(Block() for _ in range(3)))
+    with pytest.raises(ValueError, match="stock nn.Sequential"):
+        rt.auto_checkpoint(chain, memory_budget="1GiB", offload=True)
+
+
+def test_auto_offloads_only_on_cuda_and_a_host_budget_bounds_the_host_bytes():
+    torch.manual_seed(3)
+    model, batch = Net(), torch.randn(16, 32)
+    measured = rt.measure(copy.deepcopy(model), batch, verbose=False)
+    budget = (3 * measured.least_budget_bytes + measured.no_checkpoint_bytes) // 4
+    auto = rt.auto_checkpoint(
+        copy.deepcopy(model), memory_budget=budget, offload="auto", offload_bandwidth=FAST
+    )
+    auto.model(batch).sum().backward()
+    assert auto.plan.offload is None  # the CPU has no host memory apart from its own
+    bounded = rt.auto_checkpoint(
+        model, memory_budget=budget, offload=True, offload_bandwidth=FAST, host_budget=30_000
+    )
+    model(batch).sum().backward()
+    saved = {layer.saved_bytes for layer in bounded.plan.profile.layers}
+    assert len(saved) == 1 and 30_000 // saved.pop() == 1  # room for one layer's bytes
+    assert len(bounded.plan.offloaded) == 1
+    assert bounded.plan.offload.host_bytes <= 30_000
