@@ -252,16 +252,18 @@ struct OffloadPlan {
 OffloadPlan offload_plan(std::int64_t input_bytes, const std::vector<EagerLayer>& layers,
                          double region_overhead, std::int64_t budget, double bandwidth,
                          std::int64_t host_budget, const std::vector<double>& backward_time,
-                         const std::vector<bool>& offloadable, std::int64_t slots,
+                         const std::vector<bool>& offloadable,
+                         const std::vector<bool>& input_offloadable, std::int64_t slots,
                          std::int64_t host_slots) {
   const auto profile = make_eager_profile(input_bytes, layers, region_overhead, 1);
-  const remat::eager::Transfer transfer{bandwidth, host_budget, backward_time, offloadable};
+  const remat::eager::Transfer transfer{bandwidth, host_budget, backward_time, offloadable,
+                                        input_offloadable};
   remat::eager::OffloadPlan plan;
   {
     nb::gil_scoped_release release;
     plan = remat::eager::plan_offload(profile, transfer, budget, slots, host_slots);
   }
-  static const char* const kNames[] = {"keep", "region", "option", "offload"};
+  static const char* const kNames[] = {"keep", "region", "option", "offload", "offload_input"};
   OffloadPlan out;
   for (const auto& c : plan.layers) {
     out.layers.emplace_back(kNames[static_cast<int>(c.action)], c.option);
@@ -371,7 +373,8 @@ NB_MODULE(_core, m) {
       .def_ro("stall_time", &OffloadPlan::stall_time)
       .def_ro("copy_time", &OffloadPlan::copy_time);
   m.def("offload_plan", &offload_plan, "input_bytes"_a, "layers"_a, "region_overhead"_a,
-        "budget"_a, "bandwidth"_a, "host_budget"_a, "backward_time"_a, "offloadable"_a, "slots"_a,
+        "budget"_a, "bandwidth"_a, "host_budget"_a, "backward_time"_a, "offloadable"_a,
+        "input_offloadable"_a, "slots"_a,
         "host_slots"_a);
   m.def("min_cut", &min_cut, "nodes"_a, "tails"_a, "heads"_a, "capacities"_a, "source"_a, "sink"_a);
   m.attr("UNBOUNDED_CAPACITY") = remat::kUnboundedCapacity;

@@ -128,6 +128,7 @@ def offload_plan(
     host_budget: int,
     backward_time: Sequence[float],
     offloadable: Sequence[bool],
+    input_offloadable: Sequence[bool],
     slots: int,
     host_slots: int,
 ) -> OffloadPlan: ...

@@ -3,25 +3,30 @@
 //
 // A plan's constraints are all of the form prefix(j) + local(j) <= budget, where prefix(j) is
 // the input plus what layers before j hold while j runs, and local(j) is what j needs at its
-// forward's end and at its backward, plus the previous layer's saved bytes when that layer is
-// offloaded (its copy out runs beside j's forward, its copy in beside j's backward). So a dynamic
-// program over layers, with the memory left for the rest and whether the previous layer is
-// offloaded as its state, is exact:
+// forward's end and at its backward. What layer j-1 did changes layer j's moments and what
+// layers after j see: an offloaded j-1 adds its saved bytes q_{j-1} to j's moments (its copy
+// out runs beside j's forward, its copy in beside j's backward); a j-1 whose input a_{j-2} moved
+// gives a_{j-2} back to the prefix from layer j+1 on (its copies run beside j); and only some
+// choices of j-1 let layer j's input move (see offload.hpp). So a dynamic program over layers,
+// with the memory left for the rest and the previous layer's kind g as its state, is exact:
 //
-//   V(j, p, m) = min over choices c of layer j, with max(F_c, B_c) + p q_{j-1} <= m, of
-//                cost_c + p stall_{j-1}(c) + V(j+1, [c = offload], m - hold_c)
+//   V(j, g, m) = min over choices c of layer j allowed after g, with
+//                max(F_c, B_c) + extra_g <= m, of
+//                cost_c + stall_g(c) + V(j+1, kind(c), m - hold_c + refund_g)
 //
-// with V(n, p, m) = 0, q_{j-1} the previous layer's saved bytes and stall_{j-1}(c) its copies'
-// stall, which depends on c through layer j's forward and backward (re-run included) times. A
-// host budget adds the host bytes used so far to the state. The least peak is the same program
-// on peaks: G(j, p) = min_c max(max(F_c, B_c) + p q_{j-1}, hold_c + G(j+1, [c = offload])).
+// with V(n, g, m) = 0, extra_g = q_{j-1} after an offload, refund_g = a_{j-2} after a moved
+// input, and stall_g(c) the previous layer's copies' stall, which depends on c through layer
+// j's forward and backward (re-run included) times. A host budget adds the host bytes used so
+// far to the state. The least peak is the same program on peaks:
+// G(j, g) = min_c max(max(F_c, B_c) + extra_g, hold_c - refund_g + G(j+1, kind(c))).
 //
 // Memory is counted in units u = ceil(budget / slots) (host: ceil(host_budget / host_slots)),
-// every size rounded up, so every plan found fits the true budgets. Time and memory
-// O(n x 2 x (M + 1) x (H + 1) x (3 + K)) and O(n x 2 x (M + 1) x (H + 1)) for M device and H
-// host units and K options a layer; the choices are kept as one int16 each for the rebuild.
+// every held size rounded up and every refund rounded down, so every plan found fits the true
+// budgets. Time and memory O(n x 5 x (M + 1) x (H + 1) x (4 + K)) and
+// O(n x 5 x (M + 1) x (H + 1)) for M device and H host units and K options a layer; the
+// choices are kept as one int16 each for the rebuild.
 // Source: the rotor-style program of eager_planner.cpp, restricted to single-layer regions and
-// given the offload choice.
+// given the offload choices.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -42,9 +47,46 @@ using chain_model::at;
 using chain_model::kInf;
 using chain_model::round_up;
 
+// The previous layer's kind, as the program's state: what it lets and makes layer j do.
+enum Kind : int { kKept = 0, kWhole = 1, kCached = 2, kMovedSaved = 3, kMovedInput = 4 };
+constexpr int kKinds = 5;
+
+Kind kind_of(const LayerChoice& c) {
+  switch (c.action) {
+    case Action::kKeep:
+      return kKept;
+    case Action::kRegion:
+      return kWhole;
+    case Action::kOption:
+      return kCached;
+    case Action::kOffload:
+      return kMovedSaved;
+    case Action::kOffloadInput:
+      return kMovedInput;
+  }
+  return kKept;
+}
+
+// Whether layer j can follow a layer of kind g at all (layer 0 follows the chain's input; a
+// moved input needs a layer before the one that moved it).
+bool possible(std::int64_t j, int g) {
+  return j == 0 ? g == kKept : (j > 1 || g != kMovedInput);
+}
+
 bool may_offload(const Profile& profile, const Transfer& transfer, std::int64_t j) {
   if (!(transfer.bandwidth > 0) || j + 1 >= std::ssize(profile.layers)) return false;
   return transfer.offloadable.empty() || transfer.offloadable[at(j)];
+}
+
+// Whether layer j may run as a region whose input (layer j-1's output) goes to host memory,
+// after a layer j-1 of kind g: only where nothing else of j-1 holds that output on the device
+// (a region or a moved input; a kept or offloaded layer that does not save its output; not an
+// option, whose cached op outputs may be it).
+bool may_offload_input(const Profile& profile, const Transfer& transfer, std::int64_t j, int g) {
+  if (!(transfer.bandwidth > 0) || j < 1 || j + 1 >= std::ssize(profile.layers)) return false;
+  if (!transfer.input_offloadable.empty() && !transfer.input_offloadable[at(j)]) return false;
+  if (g == kWhole || g == kMovedInput) return true;
+  return (g == kKept || g == kMovedSaved) && !profile.layers[at(j - 1)].saves_output;
 }
 
 // What choice c of a layer holds while the rest runs, needs at its forward's end and at its
@@ -53,18 +95,20 @@ struct Footprint {
   std::int64_t hold = 0, forward = 0, backward = 0;
 };
 
-// One profile in some unit: eager.hpp's chain (sizes and region costs) and each layer's saved
-// bytes, the part an offload moves.
+// One profile in some unit: eager.hpp's chain (sizes and region costs), each layer's saved
+// bytes (what an offload moves) and its output rounded down (what a moved input gives back).
 class Model {
  public:
   Model(const Profile& profile, const Transfer& transfer, std::int64_t unit)
       : profile_(profile), transfer_(transfer), chain_(profile, unit) {
-    for (const Layer& layer : profile.layers) saved_.push_back(round_up(layer.saved_bytes, unit));
+    for (const Layer& layer : profile.layers) {
+      saved_.push_back(round_up(layer.saved_bytes, unit));
+      output_down_.push_back(layer.output_bytes / unit);
+    }
   }
 
   std::int64_t layers() const { return chain_.layers(); }
   std::int64_t input() const { return chain_.input(); }
-  std::int64_t saved(std::int64_t j) const { return saved_[at(j)]; }
 
   Footprint footprint(std::int64_t j, const LayerChoice& c) const {
     const std::int64_t output = chain_.boundary(j), last = chain_.kept(j, j);
@@ -74,6 +118,7 @@ class Model {
         return {kept, kept, kept};
       }
       case Action::kRegion:
+      case Action::kOffloadInput:
         return {output, output, last};
       case Action::kOption: {
         const std::int64_t h = chain_.held(j, c.option);
@@ -84,29 +129,47 @@ class Model {
     }
     return {};
   }
+  // What layer j's moments carry of layer j-1 (of kind g), and what leaves the prefix after j.
+  std::int64_t extra(std::int64_t j, int g) const {
+    return g == kMovedSaved ? saved_[at(j - 1)] : 0;
+  }
+  std::int64_t refund(std::int64_t j, int g) const {
+    return g == kMovedInput ? output_down_[at(j - 2)] : 0;
+  }
 
   double backward_time(std::int64_t j) const {
     return transfer_.backward_time.empty() ? 2 * profile_.layers[at(j)].forward_time
                                            : transfer_.backward_time[at(j)];
   }
   double rerun_cost(std::int64_t j, const LayerChoice& c) const {
-    if (c.action == Action::kRegion) return chain_.region_cost(j, j);
+    if (c.action == Action::kRegion || c.action == Action::kOffloadInput) {
+      return chain_.region_cost(j, j);
+    }
     if (c.action == Action::kOption) return chain_.option_cost(j, c.option);
     return 0;
   }
-  double copy_time(std::int64_t j) const {
-    return static_cast<double>(profile_.layers[at(j)].saved_bytes) / transfer_.bandwidth;
+  // The true bytes layer j's choice c moves to the host (each way).
+  std::int64_t moved(std::int64_t j, const LayerChoice& c) const {
+    if (c.action == Action::kOffload) return profile_.layers[at(j)].saved_bytes;
+    if (c.action == Action::kOffloadInput) return profile_.layers[at(j - 1)].output_bytes;
+    return 0;
   }
-  // The stall of layer j-1's copies (it is offloaded) when layer j makes choice c.
-  double stall_before(std::int64_t j, const LayerChoice& c) const {
-    const double copy = copy_time(j - 1);
+  // The stall of layer j-1's copies (of kind g) when layer j makes choice c: they run beside
+  // j's forward (out) and beside j's backward and re-run (in).
+  double stall_before(std::int64_t j, int g, const LayerChoice& c) const {
+    std::int64_t bytes = 0;
+    if (g == kMovedSaved) bytes = profile_.layers[at(j - 1)].saved_bytes;
+    if (g == kMovedInput) bytes = profile_.layers[at(j - 2)].output_bytes;
+    if (bytes == 0) return 0.0;
+    const double copy = static_cast<double>(bytes) / transfer_.bandwidth;
     const double out = std::max(0.0, copy - profile_.layers[at(j)].forward_time);
     const double in = std::max(0.0, copy - (backward_time(j) + rerun_cost(j, c)));
     return out + in;
   }
 
-  // Every choice layer j may make, in a fixed order (ties keep the first).
-  std::vector<LayerChoice> choices(std::int64_t j) const {
+  // Every choice layer j may make after a layer of kind g, in a fixed order (ties keep the
+  // first).
+  std::vector<LayerChoice> choices(std::int64_t j, int g) const {
     std::vector<LayerChoice> out{{Action::kKeep, -1}};
     if (j + 1 == layers()) return out;
     out.push_back({Action::kRegion, -1});
@@ -114,6 +177,7 @@ class Model {
       out.push_back({Action::kOption, k});
     }
     if (may_offload(profile_, transfer_, j)) out.push_back({Action::kOffload, -1});
+    if (may_offload_input(profile_, transfer_, j, g)) out.push_back({Action::kOffloadInput, -1});
     return out;
   }
 
@@ -121,8 +185,14 @@ class Model {
   const Profile& profile_;
   const Transfer& transfer_;
   chain_model::Chain chain_;
-  std::vector<std::int64_t> saved_;
+  std::vector<std::int64_t> saved_, output_down_;
 };
+
+void validate_mask(const Profile& profile, const std::vector<bool>& mask, const char* field) {
+  if (!mask.empty() && mask.size() != profile.layers.size()) {
+    throw InputError(field, std::nullopt, "must have one entry per layer, or none");
+  }
+}
 
 void validate_transfer(const Profile& profile, const Transfer& transfer) {
   if (!std::isfinite(transfer.bandwidth) || transfer.bandwidth < 0) {
@@ -138,9 +208,8 @@ void validate_transfer(const Profile& profile, const Transfer& transfer) {
       throw InputError("backward_time", j, "must be finite and >= 0");
     }
   }
-  if (!transfer.offloadable.empty() && transfer.offloadable.size() != profile.layers.size()) {
-    throw InputError("offloadable", std::nullopt, "must have one entry per layer, or none");
-  }
+  validate_mask(profile, transfer.offloadable, "offloadable");
+  validate_mask(profile, transfer.input_offloadable, "input_offloadable");
 }
 
 void validate_choices(const Profile& profile, const Transfer& transfer,
@@ -158,44 +227,64 @@ void validate_choices(const Profile& profile, const Transfer& transfer,
         (c.option < 0 || c.option >= std::ssize(profile.layers[j].options))) {
       throw InputError("choices", j, "option " + std::to_string(c.option) + " is not the layer's");
     }
-    if (c.action == Action::kOffload && !(transfer.bandwidth > 0)) {
+    if ((c.action == Action::kOffload || c.action == Action::kOffloadInput) &&
+        !(transfer.bandwidth > 0)) {
       throw InputError("choices", j, "offloads with no bandwidth");
     }
-    if (c.action == Action::kOffload &&
-        !may_offload(profile, transfer, static_cast<std::int64_t>(j))) {
+    const auto i = static_cast<std::int64_t>(j);
+    if (c.action == Action::kOffload && !may_offload(profile, transfer, i)) {
       throw InputError("choices", j, "offloads a layer that is not offloadable");
+    }
+    if (c.action == Action::kOffloadInput &&
+        !may_offload_input(profile, transfer, i, j == 0 ? kKept : kind_of(choices[j - 1]))) {
+      throw InputError("choices", j,
+                       "moves an input that the layer before holds on the device (or that is "
+                       "not movable)");
     }
   }
 }
 
-// The least peak (true bytes) and a plan reaching it, host budget aside.
-std::pair<std::int64_t, std::vector<LayerChoice>> least_peak(const Model& model) {
+// The least peak (true bytes) of a plan whose moved bytes fit `host` host units (each choice
+// taking host_need(j, c) of them), and a plan reaching it.
+template <typename HostNeed>
+std::pair<std::int64_t, std::vector<LayerChoice>> least_peak(const Model& model, std::int64_t host,
+                                                             const HostNeed& host_need) {
   const std::int64_t n = model.layers();
-  // need[j][p]: the least memory layers j.. need, above what earlier layers hold.
-  std::vector<std::array<std::int64_t, 2>> need(at(n) + 1, {0, 0});
-  std::vector<std::array<LayerChoice, 2>> best(at(n));
+  constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::max() / 4;
+  const std::size_t depth = at(host + 1), cells = kKinds * depth;
+  auto cell = [&](int g, std::int64_t h) { return at(g) * depth + at(h); };
+  // need[j][g, h]: the least memory layers j.. need above what earlier layers hold, after a
+  // layer of kind g, with h host units used.
+  std::vector<std::vector<std::int64_t>> need(at(n) + 1, std::vector<std::int64_t>(cells, kNone));
+  std::fill(need[at(n)].begin(), need[at(n)].end(), 0);
+  std::vector<std::vector<LayerChoice>> best(at(n), std::vector<LayerChoice>(cells));
   for (std::int64_t j = n - 1; j >= 0; --j) {
-    for (int p = 0; p < 2; ++p) {
-      if (p == 1 && j == 0) continue;
-      const std::int64_t extra = p ? model.saved(j - 1) : 0;
-      std::int64_t found = std::numeric_limits<std::int64_t>::max();
-      for (const LayerChoice& c : model.choices(j)) {
-        const Footprint f = model.footprint(j, c);
-        const int next = c.action == Action::kOffload ? 1 : 0;
-        const std::int64_t value =
-            std::max(std::max(f.forward, f.backward) + extra, f.hold + need[at(j + 1)][at(next)]);
-        if (value < found) found = value, best[at(j)][at(p)] = c;
+    for (int g = 0; g < kKinds; ++g) {
+      if (!possible(j, g)) continue;
+      for (std::int64_t h = 0; h <= host; ++h) {
+        std::int64_t& found = need[at(j)][cell(g, h)];
+        for (const LayerChoice& c : model.choices(j, g)) {
+          const std::int64_t used = h + host_need(j, c);
+          if (used > host) continue;
+          const std::int64_t after = need[at(j + 1)][cell(kind_of(c), used)];
+          if (after >= kNone) continue;
+          const Footprint f = model.footprint(j, c);
+          const std::int64_t value = std::max(std::max(f.forward, f.backward) + model.extra(j, g),
+                                              f.hold - model.refund(j, g) + after);
+          if (value < found) found = value, best[at(j)][cell(g, h)] = c;
+        }
       }
-      need[at(j)][at(p)] = found;
     }
   }
   std::vector<LayerChoice> plan;
-  int p = 0;
+  int g = kKept;
+  std::int64_t h = 0;
   for (std::int64_t j = 0; j < n; ++j) {
-    plan.push_back(best[at(j)][at(p)]);
-    p = plan.back().action == Action::kOffload ? 1 : 0;
+    plan.push_back(best[at(j)][cell(g, h)]);
+    h += host_need(j, plan.back());
+    g = kind_of(plan.back());
   }
-  return {model.input() + need[0][0], plan};
+  return {model.input() + need[0][cell(kKept, 0)], plan};
 }
 
 }  // namespace
@@ -210,19 +299,19 @@ OffloadEvaluation evaluate_offload(const Profile& profile, const Transfer& trans
   OffloadEvaluation e;
   std::int64_t prefix = model.input();
   e.peak_bytes = prefix;
+  int g = kKept;
   for (std::int64_t j = 0; j < n; ++j) {
     const LayerChoice& c = choices[at(j)];
     const Footprint f = model.footprint(j, c);
-    const bool after_offload = j > 0 && choices[at(j - 1)].action == Action::kOffload;
-    const std::int64_t extra = after_offload ? model.saved(j - 1) : 0;
-    e.peak_bytes = std::max(e.peak_bytes, prefix + std::max(f.forward, f.backward) + extra);
-    prefix += f.hold;
+    e.peak_bytes =
+        std::max(e.peak_bytes, prefix + std::max(f.forward, f.backward) + model.extra(j, g));
+    prefix += f.hold - model.refund(j, g);
     e.recompute_time += model.rerun_cost(j, c);
-    if (after_offload) e.stall_time += model.stall_before(j, c);
-    if (c.action == Action::kOffload) {
-      e.copy_time += 2 * model.copy_time(j);
-      e.host_bytes += profile.layers[at(j)].saved_bytes;
-    }
+    e.stall_time += model.stall_before(j, g, c);
+    const std::int64_t moved = model.moved(j, c);
+    if (moved > 0) e.copy_time += 2 * static_cast<double>(moved) / transfer.bandwidth;
+    e.host_bytes += moved;
+    g = kind_of(c);
   }
   return e;
 }
@@ -239,91 +328,118 @@ OffloadPlan plan_offload(const Profile& profile, const Transfer& transfer,
   if (slots < 1) throw InputError("slots", std::nullopt, "must be >= 1");
   if (host_slots < 1) throw InputError("host_slots", std::nullopt, "must be >= 1");
   const Model exact(profile, transfer, 1);
-  const auto [least, least_plan] = least_peak(exact);
-  if (budget_bytes < least) {
-    throw InputError("memory_budget", std::nullopt,
-                     "below the least peak any plan reaches, " + std::to_string(least) + " bytes");
-  }
   const std::int64_t n = exact.layers();
-  const std::int64_t unit = std::max<std::int64_t>(1, round_up(budget_bytes, slots));
-  const Model model(profile, transfer, unit);
-  const std::int64_t memory = budget_bytes / unit - model.input();
-  // The host dimension, only when offloading everything could exceed the host budget.
-  std::int64_t offloadable_bytes = 0;
+  // The host dimension, only when moving everything movable could exceed the host budget.
+  std::int64_t movable_bytes = 0;
   for (std::int64_t j = 0; j < n; ++j) {
-    if (may_offload(profile, transfer, j)) offloadable_bytes += profile.layers[at(j)].saved_bytes;
+    if (may_offload(profile, transfer, j)) movable_bytes += profile.layers[at(j)].saved_bytes;
+    if (j > 0 && may_offload_input(profile, transfer, j, kWhole)) {
+      movable_bytes += profile.layers[at(j - 1)].output_bytes;
+    }
   }
-  const bool bounded_host = transfer.host_budget >= 0 && offloadable_bytes > transfer.host_budget;
+  const bool bounded_host = transfer.host_budget >= 0 && movable_bytes > transfer.host_budget;
   const std::int64_t host_unit =
       bounded_host ? std::max<std::int64_t>(1, round_up(transfer.host_budget, host_slots)) : 1;
   const std::int64_t host = bounded_host ? transfer.host_budget / host_unit : 0;
+  auto host_need = [&](std::int64_t j, const LayerChoice& c) -> std::int64_t {
+    return bounded_host ? round_up(exact.moved(j, c), host_unit) : 0;
+  };
+  const auto [least, least_plan] = least_peak(exact, host, host_need);
+  if (budget_bytes < least) {
+    throw InputError("memory_budget", std::nullopt,
+                     "below the least peak any plan reaches" +
+                         std::string(bounded_host ? " within the host budget, " : ", ") +
+                         std::to_string(least) + " bytes");
+  }
+  const std::int64_t unit = std::max<std::int64_t>(1, round_up(budget_bytes, slots));
+  const Model model(profile, transfer, unit);
+  const std::int64_t memory = budget_bytes / unit - model.input();
   OffloadPlan out;
   out.minimum_budget = least;
   out.unit_bytes = unit;
   if (memory >= 0) {
     const std::size_t width = at(memory + 1), depth = at(host + 1);
-    const std::size_t layer_cells = 2 * depth * width;
-    auto cell = [&](int p, std::int64_t h, std::int64_t m) {
-      return (at(p) * depth + at(h)) * width + at(m);
+    const std::size_t layer_cells = kKinds * depth * width;
+    auto cell = [&](int g, std::int64_t h, std::int64_t m) {
+      return (at(g) * depth + at(h)) * width + at(m);
     };
+    const std::size_t plane = depth * width;
     std::vector<double> next(layer_cells, 0.0), current(layer_cells, kInf);
     std::vector<std::int16_t> choice(at(n) * layer_cells, -1);
-    for (std::int64_t j = n - 1; j >= 0; --j) {
-      const auto options = model.choices(j);
-      std::fill(current.begin(), current.end(), kInf);
-      for (int p = 0; p < 2; ++p) {
-        if (p == 1 && j == 0) continue;
-        const std::int64_t extra = p ? model.saved(j - 1) : 0;
-        for (std::size_t k = 0; k < options.size(); ++k) {
-          const LayerChoice& c = options[k];
-          const Footprint f = model.footprint(j, c);
-          const std::int64_t need = std::max(f.forward, f.backward) + extra;
-          const int q = c.action == Action::kOffload ? 1 : 0;
-          const std::int64_t host_need =
-              (bounded_host && q) ? round_up(profile.layers[at(j)].saved_bytes, host_unit) : 0;
-          const double cost = model.rerun_cost(j, c) + (p ? model.stall_before(j, c) : 0.0);
-          for (std::int64_t h = 0; h <= host; ++h) {
-            if (h + host_need > host) break;
-            for (std::int64_t m = std::max(need, f.hold); m <= memory; ++m) {
-              const double rest = next[cell(q, h + host_need, m - f.hold)];
-              if (rest == kInf) continue;
-              const double value = cost + rest;
-              double& slot = current[cell(p, h, m)];
-              if (value < slot) {
-                slot = value;
-                choice[at(j) * layer_cells + cell(p, h, m)] = static_cast<std::int16_t>(k);
-              }
-            }
+    // Relaxes options[first..] of layer j into kind g's plane, after a layer of kind g.
+    auto relax = [&](std::int64_t j, int g, const std::vector<LayerChoice>& options,
+                     std::size_t first) {
+      const std::int64_t extra = model.extra(j, g), refund = model.refund(j, g);
+      for (std::size_t k = first; k < options.size(); ++k) {
+        const LayerChoice& c = options[k];
+        const Footprint f = model.footprint(j, c);
+        const std::int64_t need = std::max(f.forward, f.backward) + extra;
+        const int q = kind_of(c);
+        const std::int64_t host_used = host_need(j, c);
+        const double cost = model.rerun_cost(j, c) + model.stall_before(j, g, c);
+        // Memory left for the rest: m + shift, capped at `memory` (a refund past the hold
+        // cannot leave more than the budget); m starts at `need`, which covers the hold.
+        const std::int64_t shift = refund - f.hold;
+        const std::int64_t capped_from =
+            shift > 0 ? std::max(need, memory - shift + 1) : memory + 1;
+        for (std::int64_t h = 0; h + host_used <= host; ++h) {
+          const double* rest = &next[cell(q, h + host_used, 0)];
+          double* slot = &current[cell(g, h, 0)];
+          std::int16_t* made = &choice[at(j) * layer_cells + cell(g, h, 0)];
+          const auto index = static_cast<std::int16_t>(k);
+          for (std::int64_t m = need; m < capped_from; ++m) {
+            const double value = cost + rest[m + shift];
+            if (value < slot[m]) slot[m] = value, made[m] = index;
+          }
+          for (std::int64_t m = std::max(need, capped_from); m <= memory; ++m) {
+            const double value = cost + rest[memory];
+            if (value < slot[m]) slot[m] = value, made[m] = index;
           }
         }
       }
+    };
+    for (std::int64_t j = n - 1; j >= 0; --j) {
+      std::fill(current.begin(), current.end(), kInf);
+      // After a kept layer, a whole region or an option, layer j's moments carry nothing of
+      // the layer before, so their planes share one pass over the choices but the moved input,
+      // which only some of them allow (it comes last in choices()).
+      const auto shared = model.choices(j, kCached);
+      int first = -1;
+      for (int g : {kKept, kWhole, kCached}) {
+        if (!possible(j, g)) continue;
+        if (first < 0) {
+          relax(j, g, shared, 0);
+          first = g;
+          continue;
+        }
+        const auto from = at(first) * plane, to = at(g) * plane, made = at(j) * layer_cells;
+        std::copy_n(current.begin() + from, plane, current.begin() + to);
+        std::copy_n(choice.begin() + made + from, plane, choice.begin() + made + to);
+      }
+      for (int g : {kKept, kWhole, kCached}) {
+        if (possible(j, g) && may_offload_input(profile, transfer, j, g)) {
+          relax(j, g, model.choices(j, g), shared.size());
+        }
+      }
+      for (int g : {kMovedSaved, kMovedInput}) {
+        if (possible(j, g)) relax(j, g, model.choices(j, g), 0);
+      }
       std::swap(next, current);
     }
-    if (next[cell(0, 0, memory)] < kInf) {
-      int p = 0;
+    if (next[cell(kKept, 0, memory)] < kInf) {
+      int g = kKept;
       std::int64_t h = 0, m = memory;
       for (std::int64_t j = 0; j < n; ++j) {
-        const auto k = choice[at(j) * layer_cells + cell(p, h, m)];
-        const LayerChoice c = model.choices(j)[at(k)];
+        const auto k = choice[at(j) * layer_cells + cell(g, h, m)];
+        const LayerChoice c = model.choices(j, g)[at(k)];
         out.layers.push_back(c);
-        const bool offloaded = c.action == Action::kOffload;
-        if (bounded_host && offloaded) {
-          h += round_up(profile.layers[at(j)].saved_bytes, host_unit);
-        }
-        m -= model.footprint(j, c).hold;
-        p = offloaded ? 1 : 0;
+        h += host_need(j, c);
+        m = std::min(memory, m - model.footprint(j, c).hold + model.refund(j, g));
+        g = kind_of(c);
       }
     }
   }
-  if (out.layers.empty()) {
-    // Rounding left no plan although the least peak fits: that plan, if the host takes it.
-    const OffloadEvaluation e = evaluate_offload(profile, transfer, least_plan);
-    if (transfer.host_budget >= 0 && e.host_bytes > transfer.host_budget) {
-      throw InputError("host_budget", std::nullopt,
-                       "no plan fits both the device budget and the host budget");
-    }
-    out.layers = least_plan;
-  }
+  if (out.layers.empty()) out.layers = least_plan;  // rounding left none; this one fits both
   out.evaluation = evaluate_offload(profile, transfer, out.layers);
   return out;
 }

@@ -36,10 +36,12 @@ Profile random_profile(std::mt19937& rng, std::int64_t n) {
   return p;
 }
 
-std::vector<std::vector<LayerChoice>> every_plan(const Profile& p, bool offload,
-                                                 const std::vector<bool>& offloadable = {}) {
+// Every sequence of choices the model allows (offloading only with `transfer`'s bandwidth),
+// the invalid ones (a moved input the layer before holds) dropped by evaluate_offload itself.
+std::vector<std::vector<LayerChoice>> every_plan(const Profile& p, const Transfer& transfer) {
   std::vector<std::vector<LayerChoice>> plans{{}};
   const std::int64_t n = std::ssize(p.layers);
+  const bool offload = transfer.bandwidth > 0;
   for (std::int64_t j = 0; j < n; ++j) {
     std::vector<LayerChoice> here{{Action::kKeep, -1}};
     if (j + 1 < n) {
@@ -47,9 +49,10 @@ std::vector<std::vector<LayerChoice>> every_plan(const Profile& p, bool offload,
       for (std::int64_t k = 0; k < std::ssize(p.layers[j].options); ++k) {
         here.push_back({Action::kOption, k});
       }
-      if (offload && (offloadable.empty() || offloadable[j])) {
+      if (offload && (transfer.offloadable.empty() || transfer.offloadable[j])) {
         here.push_back({Action::kOffload, -1});
       }
+      if (offload && j > 0) here.push_back({Action::kOffloadInput, -1});
     }
     std::vector<std::vector<LayerChoice>> longer;
     for (const auto& plan : plans) {
@@ -60,7 +63,15 @@ std::vector<std::vector<LayerChoice>> every_plan(const Profile& p, bool offload,
     }
     plans = std::move(longer);
   }
-  return plans;
+  std::vector<std::vector<LayerChoice>> valid;
+  for (auto& plan : plans) {
+    try {
+      evaluate_offload(p, transfer, plan);
+      valid.push_back(std::move(plan));
+    } catch (const InputError&) {
+    }
+  }
+  return valid;
 }
 
 TEST(OffloadPlanner, WithoutOffloadItIsEagerEvaluate) {
@@ -68,7 +79,7 @@ TEST(OffloadPlanner, WithoutOffloadItIsEagerEvaluate) {
   const Transfer none;
   for (int trial = 0; trial < 300; ++trial) {
     const Profile p = random_profile(rng, 1 + rng() % 5);
-    for (const auto& plan : every_plan(p, false)) {
+    for (const auto& plan : every_plan(p, none)) {
       std::vector<Region> regions;
       for (std::int64_t j = 0; j < std::ssize(plan); ++j) {
         if (plan[j].action != Action::kKeep) regions.push_back({j, j, 0, plan[j].option});
@@ -84,7 +95,7 @@ TEST(OffloadPlanner, WithoutOffloadItIsEagerEvaluate) {
 
 TEST(OffloadPlanner, EqualsExhaustiveSearch) {
   std::mt19937 rng(17);
-  int compared = 0, offloading = 0;
+  int compared = 0, offloading = 0, moving_inputs = 0;
   for (int trial = 0; trial < 400; ++trial) {
     const Profile p = random_profile(rng, 1 + rng() % 5);
     Transfer transfer;
@@ -95,13 +106,19 @@ TEST(OffloadPlanner, EqualsExhaustiveSearch) {
       }
     }
     transfer.host_budget = rng() % 3 == 0 ? static_cast<std::int64_t>(rng() % 12) : -1;
-    if (rng() % 3 == 0) {  // some layers may not be offloaded
-      for (std::size_t j = 0; j < p.layers.size(); ++j) transfer.offloadable.push_back(rng() % 2);
+    if (rng() % 3 == 0) {  // some layers may not be offloaded, some inputs may not move
+      for (std::size_t j = 0; j < p.layers.size(); ++j) {
+        transfer.offloadable.push_back(rng() % 2);
+        transfer.input_offloadable.push_back(rng() % 2);
+      }
     }
-    const auto plans = every_plan(p, true, transfer.offloadable);
-    std::int64_t least = INT64_MAX;
+    const auto plans = every_plan(p, transfer);
+    std::int64_t least = INT64_MAX;  // within the host budget
     for (const auto& plan : plans) {
-      least = std::min(least, evaluate_offload(p, transfer, plan).peak_bytes);
+      const OffloadEvaluation e = evaluate_offload(p, transfer, plan);
+      if (transfer.host_budget < 0 || e.host_bytes <= transfer.host_budget) {
+        least = std::min(least, e.peak_bytes);
+      }
     }
     for (std::int64_t budget = least; budget <= least + 6; budget += 2) {
       double best = kBestUnset;
@@ -113,10 +130,13 @@ TEST(OffloadPlanner, EqualsExhaustiveSearch) {
       // Unit 1 on both sides: the program is exact.
       const std::int64_t host_slots = std::max<std::int64_t>(1, transfer.host_budget);
       if (best == kBestUnset) {
-        EXPECT_THROW(plan_offload(p, transfer, budget, budget, host_slots), InputError);
+        EXPECT_THROW(
+            plan_offload(p, transfer, budget, std::max<std::int64_t>(1, budget), host_slots),
+            InputError);
         continue;
       }
-      const OffloadPlan got = plan_offload(p, transfer, budget, budget, host_slots);
+      const OffloadPlan got =
+          plan_offload(p, transfer, budget, std::max<std::int64_t>(1, budget), host_slots);
       ASSERT_EQ(got.minimum_budget, least) << "trial " << trial;
       ASSERT_LE(got.evaluation.peak_bytes, budget);
       ASSERT_NEAR(got.evaluation.time(), best, 1e-9) << "trial " << trial << " budget " << budget;
@@ -124,6 +144,10 @@ TEST(OffloadPlanner, EqualsExhaustiveSearch) {
       for (std::size_t j = 0; j < got.layers.size(); ++j) {
         const bool offloaded = got.layers[j].action == Action::kOffload;
         offloading += offloaded;
+        moving_inputs += got.layers[j].action == Action::kOffloadInput;
+        if (!transfer.input_offloadable.empty() && !transfer.input_offloadable[j]) {
+          ASSERT_NE(got.layers[j].action, Action::kOffloadInput);
+        }
         if (!transfer.offloadable.empty()) {
           ASSERT_TRUE(!offloaded || transfer.offloadable[j]);
         }
@@ -131,7 +155,25 @@ TEST(OffloadPlanner, EqualsExhaustiveSearch) {
     }
   }
   EXPECT_GT(compared, 500);
-  EXPECT_GT(offloading, 100);  // the comparisons include plans that offload
+  EXPECT_GT(offloading, 100);    // the comparisons include plans that offload
+  EXPECT_GT(moving_inputs, 50);  // and plans that move a region's input
+}
+
+TEST(OffloadPlanner, MovingInputsGoesBelowTheLeastPeakOfKeepAndRecompute) {
+  std::mt19937 rng(23);
+  int lower = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    const Profile p = random_profile(rng, 3 + rng() % 6);
+    Transfer none, fast;
+    fast.bandwidth = 1e9;
+    const std::int64_t without = plan_offload(p, none, 1000, 1000, 1).minimum_budget;
+    const OffloadPlan with = plan_offload(p, fast, 1000, 1000, 1);
+    ASSERT_LE(with.minimum_budget, without);
+    lower += with.minimum_budget < without;
+    const OffloadPlan floor = plan_offload(p, fast, with.minimum_budget, 1000, 1);
+    ASSERT_LE(floor.evaluation.peak_bytes, with.minimum_budget);
+  }
+  EXPECT_GT(lower, 100);
 }
 
 TEST(OffloadPlanner, RoundedPlansFitAndLongChainsPlan) {

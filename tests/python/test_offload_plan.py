@@ -44,7 +44,8 @@ def simulate(profile: Profile, choices, bandwidth: float, backward=None):
     """(peak bytes, re-run seconds, stall seconds, host bytes) of one step, run event by event:
     buffers live on the device from their allocation to their free; the forward of layer j+1
     ends once layer j's copy out is done; the backward of layer j starts once its copy back,
-    begun with layer j+1's backward, is done."""
+    begun with layer j+1's backward, is done. What layer j copies is its saved bytes
+    ("offload") or its input, layer j-1's output ("offload_input", a region)."""
     layers, n = profile.layers, len(profile.layers)
     overhead = profile.region_overhead_seconds
     back = backward or [2 * l.forward_seconds for l in layers]
@@ -55,9 +56,16 @@ def simulate(profile: Profile, choices, bandwidth: float, backward=None):
         nonlocal peak
         peak = max(peak, sum(live.values()))
 
+    def moved(j):  # the buffer layer j sends to the host, and its bytes
+        if choices[j][0] == "offload":
+            return ("saved", j), layers[j].saved_bytes
+        if choices[j][0] == "offload_input":
+            return ("out", j - 1), layers[j - 1].output_bytes
+        return None, 0
+
     def rerun(j):
         action, option = choices[j]
-        if action == "region":
+        if action in ("region", "offload_input"):
             return layers[j].forward_seconds + overhead
         if action == "option":
             return layers[j].options[option][1] + overhead
@@ -75,21 +83,22 @@ def simulate(profile: Profile, choices, bandwidth: float, backward=None):
         if action == "option":
             live[("cache", j)] = layer.options[option][0]
         note()  # the forward's end, before the previous layer's copy out is awaited
-        if j > 0 and choices[j - 1][0] == "offload":
+        if j > 0 and moved(j - 1)[0] is not None:
             clock = max(clock, copy_done)
-            del live[("saved", j - 1)]  # on the host now
-        if action == "offload":
-            copy_done = clock + layer.saved_bytes / bandwidth  # runs beside layer j+1's forward
+            del live[moved(j - 1)[0]]  # on the host now
+        if moved(j)[0] is not None:
+            copy_done = clock + moved(j)[1] / bandwidth  # runs beside layer j+1's forward
     prefetch_done = 0.0
     for j in reversed(range(n)):  # backward
         action, _ = choices[j]
-        if action == "offload":
+        if moved(j)[0] is not None:
             clock = max(clock, prefetch_done)
-        if action in ("region", "option"):
+        if action in ("region", "option", "offload_input"):
             live[("saved", j)] = layers[j].saved_bytes  # the re-run's saves
-        if j > 0 and choices[j - 1][0] == "offload":  # prefetched beside this backward
-            live[("saved", j - 1)] = layers[j - 1].saved_bytes
-            prefetch_done = clock + layers[j - 1].saved_bytes / bandwidth
+        if j > 0 and moved(j - 1)[0] is not None:  # prefetched beside this backward
+            key, size = moved(j - 1)
+            live[key] = size
+            prefetch_done = clock + size / bandwidth
         # This layer's backward: what it saved, and its output only if it saved it (or it is
         # kept inside the chain: the next layer's input, which the model counts with it).
         if action != "keep" or j + 1 == n:
@@ -101,8 +110,18 @@ def simulate(profile: Profile, choices, bandwidth: float, backward=None):
         compute += spent
         for key in [k for k in live if len(k) == 2 and k[1] == j]:
             del live[key]
-    host = sum(layers[j].saved_bytes for j in range(n) if choices[j][0] == "offload")
+    host = sum(moved(j)[1] for j in range(n))
     return peak, sum(rerun(j) for j in range(n)), clock - compute, host
+
+
+def may_move_input(profile: Profile, plan, j: int) -> bool:
+    """The model's rule: layer j's input may move when nothing of layer j-1 keeps it on the
+    device: j-1 re-runs whole or moved its own input, or keeps or offloads its saved bytes
+    without saving its output."""
+    before = plan[j - 1][0]
+    if before in ("region", "offload_input"):
+        return True
+    return before in ("keep", "offload") and not profile.layers[j - 1].saves_output
 
 
 def every_plan(profile: Profile):
@@ -113,13 +132,22 @@ def every_plan(profile: Profile):
         if j + 1 < n:
             here += [("region", -1), ("offload", -1)]
             here += [("option", k) for k in range(len(layer.options))]
+            if j > 0:
+                here.append(("offload_input", -1))
         per_layer.append(here)
-    return itertools.product(*per_layer)
+    for plan in itertools.product(*per_layer):
+        allowed = (
+            may_move_input(profile, plan, j)
+            for j, (action, _) in enumerate(plan)
+            if action == "offload_input"
+        )
+        if all(allowed):
+            yield plan
 
 
 def test_the_plan_is_the_best_the_simulator_scores_and_its_figures_are_the_simulator_s():
     rng = random.Random(4)
-    compared = offloading = 0
+    compared = offloading = moving = 0
     for _ in range(150):
         profile = random_profile(rng, 1 + rng.randrange(4))
         bandwidth = 1.0 + rng.randrange(8)
@@ -137,14 +165,15 @@ def test_the_plan_is_the_best_the_simulator_scores_and_its_figures_are_the_simul
             assert rerun + stall == pytest.approx(best), (profile, budget, choices)
             compared += 1
             offloading += bool(found.offloaded)
-    assert compared == 450 and offloading > 30
+            moving += bool(found.inputs_offloaded)
+    assert compared == 450 and offloading > 30 and moving > 30
 
 
 def test_a_host_budget_caps_what_is_offloaded():
     rng = random.Random(8)
     profile = random_profile(rng, 6)
     fast = plan_offload(profile, 10**6, bandwidth="1GB/s")
-    least = plan_offload(profile, 10**6, bandwidth="1GB/s").minimum_budget_bytes
+    least = plan_offload(profile, 10**6, bandwidth="1GB/s", host_budget=0).minimum_budget_bytes
     free = plan_offload(profile, least, bandwidth=1e9)
     capped = plan_offload(profile, least + 4, bandwidth=1e9, host_budget=0)
     assert fast.offloaded == ()  # nothing to gain at a loose budget
@@ -155,7 +184,7 @@ def test_a_host_budget_caps_what_is_offloaded():
 def test_two_hundred_layers_plan_and_the_table_names_what_moves():
     rng = random.Random(2)
     profile = random_profile(rng, 200)
-    least = plan_offload(profile, 10**9, bandwidth=4.0).minimum_budget_bytes
+    least = plan_offload(profile, 10**9, bandwidth=4.0, host_budget=400).minimum_budget_bytes
     plan = plan_offload(profile, least + 50, bandwidth=4.0, host_budget=400)
     assert plan.predicted_peak_bytes <= least + 50 and plan.host_bytes <= 400
     text = str(plan)

@@ -13,6 +13,7 @@ import pytest
 import torch
 from torch import nn
 
+import remat
 import remat.torch as rt
 from remat.eager import plan_offload
 from remat.eager.run import offload as offload_run
@@ -288,3 +289,63 @@ def test_auto_offloads_only_on_cuda_and_a_host_budget_bounds_the_host_bytes():
     assert len(saved) == 1 and 30_000 // saved.pop() == 1  # room for one layer's bytes
     assert len(bounded.plan.offloaded) == 1
     assert bounded.plan.offload.host_bytes <= 30_000
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_moving_region_inputs_trains_below_the_least_peak_of_keep_and_recompute(name):
+    """A region's input (the previous block's output) may go to host memory too: that is what
+    goes below full checkpointing's peak, the least keep/recompute reaches."""
+    build, batch_of, loss_fn = CASES[name]
+    torch.manual_seed(3)
+    model = build()
+    plain = copy.deepcopy(model)
+    batch = batch_of()
+    measured = rt.measure(copy.deepcopy(model), batch, verbose=False)
+    least = measured.least_budget_bytes
+    probe = rt.auto_checkpoint(
+        copy.deepcopy(model), memory_budget=least, offload=True, offload_bandwidth=FAST
+    )
+    probe.model(batch)
+    lower = probe.plan.minimum_budget_bytes
+    assert lower < least
+    budget = (lower + least) // 2
+    want = _train(plain, batch, loss_fn)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        handle = rt.auto_checkpoint(
+            model, memory_budget=budget, offload=True, offload_bandwidth=FAST
+        )
+        got = _train(model, batch, loss_fn, meter=True)
+    _check_exact(got, want)
+    plan = handle.plan
+    assert plan.inputs_offloaded and set(plan.inputs_offloaded) <= {r[0] for r in plan.regions}
+    assert max(got[2]) <= plan.predicted_peak_bytes <= budget < least, (got[2], plan)
+    assert " i" in str(plan)
+    with pytest.raises(remat.InputError, match="least peak"):
+        rt.auto_checkpoint(
+            copy.deepcopy(plain), memory_budget=lower - 1, offload=True, offload_bandwidth=FAST
+        ).model(batch)
+
+
+def test_an_input_the_model_keeps_elsewhere_is_reported_when_moving_it_frees_nothing():
+    class KeepsEveryOutput(Net):
+        def forward(self, x):
+            self.seen = []
+            for layer in self.layers:
+                x = layer(x)
+                self.seen.append(x)  # as output_hidden_states=True does
+            return self.head(x)
+
+    torch.manual_seed(3)
+    model, batch = KeepsEveryOutput(), torch.randn(16, 32)
+    measured = rt.measure(copy.deepcopy(model), batch, verbose=False)
+    handle = rt.auto_checkpoint(
+        model,
+        memory_budget=measured.least_budget_bytes - 1,
+        offload=True,
+        offload_bandwidth=FAST,
+    )
+    model(batch).sum().backward()
+    assert handle.plan.inputs_offloaded
+    with pytest.warns(RuntimeWarning, match="still referenced elsewhere"):
+        model(batch).sum().backward()

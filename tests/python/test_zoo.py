@@ -49,7 +49,8 @@ def one_thread():
 def test_zoo_model_offloads_bit_for_bit_within_its_budget(name):
     """Offload plans (auto_checkpoint(..., offload=True), copies between host tensors on the
     CPU) at a budget with room to offload: exact, and the blocks' measured device bytes within
-    the prediction."""
+    the prediction. (The zoo's chains of 2-4 blocks peak at their last block, so moving inputs
+    buys nothing below keep/recompute's least here: test_offload_run.py covers that.)"""
     zoo = ZOO[name]
     model, plain = pair(zoo, zoo.attention[0])
     measured = adopt.measure(zoo, model)
@@ -63,7 +64,7 @@ def test_zoo_model_offloads_bit_for_bit_within_its_budget(name):
     remat_warnings = _remat_warnings(caught)
     assert not remat_warnings and not handle.warnings, remat_warnings or handle.warnings
     assert differences(got, expected) == []
-    assert handle.plan.offloaded, handle.plan
+    assert handle.plan.offloaded or handle.plan.inputs_offloaded, handle.plan
     assert max(got.saved_peaks) <= handle.plan.predicted_peak_bytes <= budget, got.saved_peaks
 
 

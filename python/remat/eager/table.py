@@ -34,8 +34,11 @@ def plan_table(plan: Plan) -> str:
         host = format_bytes(offload.host_bytes)
         if offload.host_budget is not None:
             host += f" of {format_bytes(offload.host_budget)}"
+        moved = f"{len(offload.layers)} layers' saved bytes"
+        if offload.inputs:
+            moved += f" and {len(offload.inputs)} regions' inputs"
         lines.append(
-            f"  offloads {len(offload.layers)} layers to host memory ({host}): copies "
+            f"  offloads {moved} to host memory ({host}): copies "
             f"{format_seconds(offload.copy_seconds)} at {format_bytes(offload.bandwidth)}/s, "
             f"{offload.hidden_share:.0%} hidden behind compute (predicted stall "
             f"{format_seconds(offload.stall_seconds)})"
@@ -52,7 +55,7 @@ def plan_table(plan: Plan) -> str:
         f"{format_bytes(p.input_bytes):>10}",
     ]
     depth = max((d for _, _, d in plan.regions), default=-1) + 1
-    offloaded = set(plan.offloaded)
+    offloaded, inputs_moved = set(plan.offloaded), set(plan.inputs_offloaded)
     if offloaded:
         depth = max(depth, 1)
     selective_regions = {plan.regions[r][0] for r in range(len(plan.regions)) if plan.keeps_ops(r)}
@@ -71,6 +74,8 @@ def plan_table(plan: Plan) -> str:
                 )
         if i in offloaded:
             marks[0] = "o"
+        if i in inputs_moved:
+            marks[0] = "i"
         lines.append(
             f"  {i:>4}  {layer.name:<{width}}  {format_bytes(layer.saved_bytes):>10} "
             f"{format_bytes(layer.output_bytes):>10} {format_bytes(held[i]):>10} "
@@ -109,6 +114,11 @@ def plan_table(plan: Plan) -> str:
         lines += [
             "  o: its saved bytes go to host memory once the next layer's forward has run, and",
             "  come back (prefetched) when backward reaches the next layer.",
+        ]
+    if inputs_moved:
+        lines += [
+            "  i: a region whose input (the previous layer's output) goes to host memory once",
+            "  the next layer's forward has run, and comes back for its re-run.",
         ]
     return "\n".join(lines)
 

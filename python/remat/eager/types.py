@@ -84,6 +84,9 @@ class LayerProfile:
     # outputs the next layer does not take (kept on the device by an offloaded call). Not
     # written to JSON: a profile read back takes every layer as offloadable.
     offloadable: bool = True
+    # Whether, run as a region, its input (the previous layer's output, which nothing else then
+    # holds) may go to host memory (see remat/offload.hpp). Not written to JSON either.
+    input_offloadable: bool = True
 
 
 @dataclass(frozen=True)
@@ -206,7 +209,8 @@ class OffloadFigures:
     their forward and back before their backward), and what the model predicts for the
     copies (remat/offload.hpp)."""
 
-    layers: tuple[int, ...]  # offloaded layers, by index
+    layers: tuple[int, ...]  # offloaded layers (their saved activations move), by index
+    inputs: tuple[int, ...]  # regions whose input (the previous layer's output) moves
     bandwidth: float  # bytes per second, each way
     host_bytes: int  # offloaded bytes on the host at the end of the forward
     host_budget: int | None
@@ -254,6 +258,11 @@ class Plan:
     def offloaded(self) -> tuple[int, ...]:
         """The layers whose saved activations this plan offloads."""
         return () if self.offload is None else self.offload.layers
+
+    @property
+    def inputs_offloaded(self) -> tuple[int, ...]:
+        """The regions whose input (the previous layer's output) this plan offloads."""
+        return () if self.offload is None else self.offload.inputs
 
     def core_regions(self) -> list[tuple[int, int, int, int]]:
         """The regions as the C++ core takes them: (first, last, depth, option)."""
@@ -327,9 +336,13 @@ class Plan:
             if option >= 0
         }
         offloaded = set(self.offloaded)
+        # A moved input is gone once the layer after the region that took it has run forward.
+        moved = {i - 1 for i in self.inputs_offloaded}
         for i, layer in enumerate(layers):
             region = next(((f, l) for f, l in outer if f <= i <= l), None)
-            if i in offloaded:  # never the last layer
+            if i in moved:
+                held.append(layer.saved_bytes if region is None and i not in offloaded else 0)
+            elif i in offloaded:  # never the last layer
                 held.append(layer.output_bytes)
             elif region is not None:
                 output = layer.output_bytes if i == region[1] and i < n - 1 else 0

@@ -50,6 +50,9 @@ class RecordedCall:
     saved_outputs: frozenset[Key]  # its real outputs whose measured counterparts it saved
     forward_seconds: float
     ops: OpProfile | None = None  # its ops, for selective checkpointing
+    # The storage of each of its arguments (positional, then keyword), None where it is not an
+    # activation tensor: a region's checkpoint holds these.
+    input_order: tuple[Key | None, ...] = ()
 
     @classmethod
     def of(
@@ -60,6 +63,7 @@ class RecordedCall:
         measured: CallMeasurement,
         outputs: tuple[list[Key | None], list[Key | None]],
         ops: OpProfile | None = None,
+        input_order: tuple[Key | None, ...] = (),
     ) -> "RecordedCall":
         """`outputs`: the storage of each returned tensor, position by position, in the measured
         run and in the real call (None for parameters and buffers)."""
@@ -85,11 +89,79 @@ class RecordedCall:
             saved_outputs,
             measured.forward_seconds,
             ops,
+            input_order,
         )
 
 
 def _bytes(keys: set[Key] | frozenset[Key]) -> int:
     return sum(key[2] for key in keys)
+
+
+@dataclass(frozen=True)
+class _Boundary:
+    """What one call passes on: `passed` (what the next call takes first), `keys` (with what
+    the model's code saves of its outputs: its output_bytes), and `movable`, the storages an
+    offload plan may move with the next call (empty: none)."""
+
+    passed: frozenset[Key]
+    keys: frozenset[Key]
+    movable: frozenset[Key]
+
+
+def _shared(calls: list[RecordedCall]) -> set[Key]:
+    """The first call's inputs, and every input that more than one call takes: held all step."""
+    seen_once: set[Key] = set()
+    shared: set[Key] = set(calls[0].input_keys)
+    for call in calls:
+        shared |= call.input_keys & seen_once
+        seen_once |= call.input_keys
+    return shared
+
+
+def _boundaries(calls: list[RecordedCall], held_outside: frozenset[Key]) -> list[_Boundary]:
+    inputs = [c.input_keys for c in calls]
+    shared = _shared(calls)
+    taken_before: set[Key] = set()
+    found = []
+    for k, call in enumerate(calls):
+        taken_before |= inputs[k]
+        if k + 1 < len(calls):
+            boundary = set(inputs[k + 1]) - shared - taken_before
+        else:
+            boundary = set(call.output_keys) - shared
+        # An output the model's own code saves (T5's encoder norm, a downsampling conv between
+        # stages) stays in memory, region or not, until that code's backward.
+        outside = (call.output_keys & held_outside) - shared
+        # The next call's region may send its input to the host when that input is this call's
+        # output, passed as an argument of its own, and nothing outside the blocks saves it.
+        movable = (
+            k + 1 < len(calls)
+            and bool(boundary)
+            and not outside
+            and boundary <= call.output_keys
+            and boundary <= set(calls[k + 1].input_order)
+        )
+        found.append(
+            _Boundary(
+                frozenset(boundary),
+                frozenset(boundary | outside),
+                frozenset(boundary if movable else ()),
+            )
+        )
+    return found
+
+
+def moved_input_positions(
+    calls: list[RecordedCall], held_outside: frozenset[Key] = frozenset()
+) -> list[tuple[int, ...]]:
+    """Per call: the positions, among its arguments (positional, then keyword), of the inputs an
+    offload plan may move when that call runs as a region whose input moves (empty: none)."""
+    boundaries = _boundaries(calls, held_outside)
+    found: list[tuple[int, ...]] = [()]
+    for k in range(1, len(calls)):
+        movable = boundaries[k - 1].movable
+        found.append(tuple(p for p, key in enumerate(calls[k].input_order) if key in movable))
+    return found
 
 
 def chain_profile(
@@ -99,32 +171,17 @@ def chain_profile(
     storages the model's code outside the blocks saved for backward in that step."""
     if not calls:
         raise ValueError("blocks: none of the blocks was called in the model's forward")
-    inputs = [c.input_keys for c in calls]
-    seen_once: set[Key] = set()
-    shared: set[Key] = set(inputs[0])
-    for keys in inputs:
-        shared |= keys & seen_once
-        seen_once |= keys
-    taken_before: set[Key] = set()
+    boundaries = _boundaries(calls, held_outside)
     names: dict[str, int] = {}
     layers = []
     selective_layers = []
     for k, call in enumerate(calls):
-        taken_before |= inputs[k]
-        if k + 1 < len(calls):
-            boundary = set(inputs[k + 1]) - shared - taken_before
-        else:
-            boundary = set(call.output_keys) - shared
+        boundary, passed = boundaries[k].keys, boundaries[k].passed
         # A saved output that the next call takes (x = block(x)) is the boundary, counted once,
         # as its output. Any other saved output (x = x + block(x), or a tuple's other members,
         # as the gate of x, gate = block(x)) is the block's own.
-        saves_boundary = bool(call.saved_outputs & boundary)
-        saved_bytes = call.own_bytes + _bytes(call.saved_outputs - boundary)
-        # An offloaded call keeps its outputs on the device: only its own bytes move.
-        offloadable = not call.saved_outputs - boundary
-        # An output the model's own code saves (T5's encoder norm, a downsampling conv between
-        # stages) stays in memory, region or not, until that code's backward.
-        boundary |= (call.output_keys & held_outside) - shared
+        saves_boundary = bool(call.saved_outputs & passed)
+        saved_bytes = call.own_bytes + _bytes(call.saved_outputs - passed)
         names[call.name] = names.get(call.name, 0) + 1
         label = call.name if names[call.name] == 1 else f"{call.name} (call {names[call.name]})"
         layers.append(
@@ -134,13 +191,15 @@ def chain_profile(
                 output_bytes=_bytes(boundary),
                 saves_output=saves_boundary,
                 forward_seconds=call.forward_seconds,
-                offloadable=offloadable,
+                # An offloaded call keeps its outputs on the device: only its own bytes move.
+                offloadable=not call.saved_outputs - passed,
+                input_offloadable=k > 0 and bool(boundaries[k - 1].movable),
             )
         )
         selective_layers.append(call.ops)
     return with_menus(
         Profile(
-            _bytes(shared),
+            _bytes(_shared(calls)),
             tuple(layers),
             region_overhead,
             max_region_layers=1,

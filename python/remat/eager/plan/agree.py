@@ -44,6 +44,7 @@ def agree_on_profile(profile: Profile, budget: int, group: PlanGroup = None) -> 
             saves_output=any(l.saves_output for l in versions),
             forward_seconds=statistics.median(l.forward_seconds for l in versions),
             offloadable=all(l.offloadable for l in versions),
+            input_offloadable=all(l.input_offloadable for l in versions),
         )
         menus = [p.selective[index] if p.selective else None for p in profiles]
         options, agreed_menu = _agreed_options(versions, menus)

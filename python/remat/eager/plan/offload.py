@@ -127,9 +127,11 @@ def _time_copies(device: torch.device, nbytes: int) -> float:
 @dataclass(frozen=True)
 class LayerAction:
     name: str
-    action: str  # "keep", "region", "option" or "offload"
+    # "keep", "region", "option", "offload" (its saved activations move) or "offload_input" (a
+    # region whose input, the previous layer's output, moves)
+    action: str
     option: int  # with "option": an index into the layer's options (its menu); else -1
-    offloaded_bytes: int  # with "offload": its saved activations, copied out and back
+    offloaded_bytes: int  # what moves to the host and back
 
 
 @dataclass(frozen=True)
@@ -150,7 +152,13 @@ class OffloadPlan:
 
     @property
     def offloaded(self) -> tuple[int, ...]:
+        """The layers whose saved activations move."""
         return tuple(i for i, layer in enumerate(self.layers) if layer.action == "offload")
+
+    @property
+    def inputs_offloaded(self) -> tuple[int, ...]:
+        """The regions whose input (the previous layer's output) moves."""
+        return tuple(i for i, layer in enumerate(self.layers) if layer.action == "offload_input")
 
     @property
     def hidden_share(self) -> float:
@@ -191,6 +199,7 @@ def plan_offload(
     host_budget: int | float | str | None = None,
     backward_seconds: Sequence[float] | None = None,
     offloadable: Sequence[bool] | None = None,
+    input_offloadable: Sequence[bool] | None = None,
     slots: int = 2048,
     host_slots: int = 64,
 ) -> OffloadPlan:
@@ -205,6 +214,8 @@ def plan_offload(
         host_budget: host bytes for offloaded activations (None: any).
         backward_seconds: per layer, its backward's compute time (None: twice its forward's).
         offloadable: per layer, whether it may be offloaded (None: every layer but the last).
+        input_offloadable: per layer, whether its input may move when it is a region (None:
+            wherever the model allows: see remat/offload.hpp).
         slots: the device memory resolution; host_slots: the host memory resolution (sizes are
             rounded up, so the plan always fits).
 
@@ -225,16 +236,12 @@ def plan_offload(
             f"backward_seconds: expected one time per layer ({len(profile.layers)}), "
             f"got {len(backward)}"
         )
-    mask = [] if offloadable is None else [bool(o) for o in offloadable]
-    if mask and len(mask) != len(profile.layers):
-        raise ValueError(
-            f"offloadable: expected one flag per layer ({len(profile.layers)}), got {len(mask)}"
-        )
+    mask = _mask(offloadable, "offloadable", len(profile.layers))
+    input_mask = _mask(input_offloadable, "input_offloadable", len(profile.layers))
     if len(layers) > len(profile.layers):  # the code after the chain (Profile.output_held)
-        if backward:
-            backward.append(0.0)
-        if mask:
-            mask.append(False)
+        for values, value in ((backward, 0.0), (mask, False), (input_mask, False)):
+            if values:
+                values.append(value)
     found = _core.offload_plan(
         profile.input_bytes,
         layers,
@@ -244,17 +251,19 @@ def plan_offload(
         -1 if host is None else host,
         backward,
         mask,
+        input_mask,
         slots,
         host_slots,
     )
+
+    def moved(index: int, action: str) -> int:
+        if action == "offload":
+            return profile.layers[index].saved_bytes
+        return profile.layers[index - 1].output_bytes if action == "offload_input" else 0
+
     actions = tuple(
-        LayerAction(
-            name=layer.name,
-            action=action,
-            option=option,
-            offloaded_bytes=layer.saved_bytes if action == "offload" else 0,
-        )
-        for layer, (action, option) in zip(profile.layers, found.layers)
+        LayerAction(name=layer.name, action=action, option=option, offloaded_bytes=moved(i, action))
+        for i, (layer, (action, option)) in enumerate(zip(profile.layers, found.layers))
     )
     return OffloadPlan(
         layers=actions,
@@ -268,6 +277,13 @@ def plan_offload(
         host_bytes=found.host_bytes,
         minimum_budget_bytes=found.minimum_budget,
     )
+
+
+def _mask(flags: Sequence[bool] | None, name: str, layers: int) -> list[bool]:
+    found = [] if flags is None else [bool(f) for f in flags]
+    if found and len(found) != layers:
+        raise ValueError(f"{name}: expected one flag per layer ({layers}), got {len(found)}")
+    return found
 
 
 # An offload plan replaces the keep/recompute plan only when it is predicted faster by more than
@@ -291,9 +307,12 @@ def plan_with_offload(
     Raises:
         remat.InputError: the budget is below the least peak any plan reaches (stating it).
     """
-    base = plan_profile(profile, memory_budget, slots=slots)
     if profile.max_region_layers != 1 or len(profile.layers) < 2:
-        return base
+        return plan_profile(profile, memory_budget, slots=slots)
+    try:
+        base: Plan | None = plan_profile(profile, memory_budget, slots=slots)
+    except _core.InputError:  # below keep/recompute's least: moving inputs may still fit
+        base = None
     try:
         found = plan_offload(
             profile,
@@ -301,21 +320,29 @@ def plan_with_offload(
             bandwidth=bandwidth,
             host_budget=host_budget,
             offloadable=[layer.offloadable for layer in profile.layers],
+            input_offloadable=[layer.input_offloadable for layer in profile.layers],
             slots=2048 if slots is None else slots,
         )
-    except _core.InputError:  # a host budget that no offload plan fits: keep/recompute's
+    except _core.InputError:  # below every plan's least, or the host budget's
+        if base is None:
+            raise
         return base
     cost = found.predicted_recompute_seconds + found.predicted_stall_seconds
     margin = _MARGIN * profile.forward_seconds
-    if not found.offloaded or cost >= base.predicted_recompute_seconds - margin:
-        return base
+    moves = found.offloaded or found.inputs_offloaded
+    if base is not None and (not moves or cost >= base.predicted_recompute_seconds - margin):
+        return dataclasses.replace(base, minimum_budget_bytes=found.minimum_budget_bytes)
+    if base is None:
+        base = plan_profile(profile, 2**60, slots=slots)  # for its no-checkpoint peak
     regions, options = [], []
     for index, layer in enumerate(found.layers):
-        if layer.action in ("region", "option"):
+        if layer.action in ("region", "option", "offload_input"):
             regions.append(Region(index, index, 0))
             options.append(layer.option)
     return dataclasses.replace(
         base,
+        memory_budget=memory_budget,
+        minimum_budget_bytes=found.minimum_budget_bytes,
         regions=tuple(regions),
         options=tuple(options),
         predicted_peak_bytes=found.predicted_peak_bytes,
@@ -323,6 +350,7 @@ def plan_with_offload(
         predicted_stage_peak_bytes=found.predicted_peak_bytes,
         offload=OffloadFigures(
             layers=found.offloaded,
+            inputs=found.inputs_offloaded,
             bandwidth=found.bandwidth,
             host_bytes=found.host_bytes,
             host_budget=host_budget,

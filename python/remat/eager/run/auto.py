@@ -106,7 +106,7 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
         # for it (with its calls), from which a plan for a new combination of the ranks' keys
         # is made without measuring again.
         self._key_numbers: dict[Any, int] = {}
-        self._profiles: dict[Any, tuple[Profile, tuple[tuple[Any, Any], ...]]] = {}
+        self._profiles: dict[Any, tuple[Profile, tuple[tuple[Any, Any, tuple[int, ...]], ...]]] = {}
         self._chain_plans: dict[Any, Plan] = {}
         self._tunings: dict[Any, OnlineTuning] = {}  # chains whose plan is tuned on the steps
         self._names = {id(m): n for m, n in zip(blocks.modules, blocks.names)}

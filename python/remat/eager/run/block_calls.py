@@ -10,6 +10,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from ...saved_memory import storage_key
 from .._runtime import _signature, _tensors
 from ..caches import without_caches
 from ..generators import measuring_now
@@ -58,7 +59,7 @@ class BlockCalls:
                 self._hand_over(step, out, None)
             return out
         self.plan = step.plan
-        if not planned.offloaded:
+        if not planned.offloaded and not planned.inputs_offloaded:
             return self._run(
                 module,
                 original,
@@ -68,14 +69,42 @@ class BlockCalls:
                 context_fn=planned.regions.get(position),
             )
         offloaded = None
-        if position in planned.offloaded and not torch.compiler.is_compiling():
-            out, offloaded = self._run_offloaded(step, module, original, args, kwargs)
-        else:  # under torch.compile's tracing an offloaded call runs as a region (less memory)
+        moved = planned.inputs_offloaded.get(position)
+        if torch.compiler.is_compiling():  # an offloaded call runs as a region (less memory)
             checkpointed = position in planned.regions or position in planned.offloaded
+            context_fn = planned.regions.get(position)
+            out = self._run(module, original, args, kwargs, checkpointed, context_fn)
+        elif position in planned.offloaded:
+            out, offloaded = self._run_offloaded(step, module, original, args, kwargs)
+        elif moved is not None:
+            out, offloaded = self._run_moving_input(step, module, original, args, kwargs, moved)
+        else:
+            checkpointed = position in planned.regions
             context_fn = planned.regions.get(position)
             out = self._run(module, original, args, kwargs, checkpointed, context_fn)
         self._hand_over(step, out, offloaded)
         return out
+
+    def _run_moving_input(
+        self,
+        step: _Step,
+        module: nn.Module,
+        original: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        positions: tuple[int, ...],
+    ) -> tuple[Any, OffloadedCall]:
+        """A whole region whose input (the previous block's output, at `positions` among its
+        arguments) goes to the host: its checkpoint saves its inputs through the call's hooks."""
+        arguments = (*args, *kwargs.values())
+        moved = {
+            storage_key(arguments[p]) for p in positions if isinstance(arguments[p], torch.Tensor)
+        }
+        call = OffloadedCall(self._name(module), (), self._excluded(step), self._warn, moved)
+        with call.hooks():
+            out = self._run(module, original, args, kwargs, True, note_inputs=False)
+        call.finish(out)
+        return out, call
 
     def _run_offloaded(
         self,
@@ -129,19 +158,22 @@ class BlockCalls:
         kwargs: dict[str, Any],
         checkpointed: bool,
         context_fn: Callable[[], Any] | None = None,
+        note_inputs: bool = True,
     ) -> Any:
+        """`note_inputs`: keep the region's inputs (and their versions) until the step ends,
+        to warn when one changes in place (not for a region whose input leaves the device)."""
         self._inside += 1
         try:
             if not checkpointed:
                 return original(*args, **kwargs)
-            names = list(kwargs)
+            names, count = list(kwargs), len(args)  # not args: the closure would hold them
             # Under torch.compile, AOTAutograd applies a buffer's update once, in the forward.
             compiling = torch.compiler.is_compiling()
             replay = None if compiling else BufferReplay([module], self._name(module))
 
             def region(*inputs: Any) -> Any:
-                call_args = inputs[: len(args)]
-                call_kwargs = dict(zip(names, inputs[len(args) :]))
+                call_args = inputs[:count]
+                call_kwargs = dict(zip(names, inputs[count:]))
                 if replay is None:
                     return original(*call_args, **call_kwargs)
                 return replay.run(original, *call_args, **call_kwargs)
@@ -158,7 +190,7 @@ class BlockCalls:
                 preserve_rng_state=True,
                 **extra,
             )
-            if self._step is not None and not compiling:
+            if self._step is not None and not compiling and note_inputs:
                 inputs = [(t, t._version) for t in _tensors((args, kwargs))]
                 self._step.region_inputs.append((self._name(module), inputs))
             return out

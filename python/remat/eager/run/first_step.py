@@ -11,9 +11,9 @@ import torch
 from torch import nn
 
 from ... import _distributed
-from ...saved_memory import excluded_storages, has_fsdp_modules
+from ...saved_memory import excluded_storages, has_fsdp_modules, is_persistent, storage_key
 from .._runtime import _PreservedState, _synchronize, _tensors, clock
-from ..measure.blocks import RecordedCall, chain_profile
+from ..measure.blocks import RecordedCall, chain_profile, moved_input_positions
 from ..measure.calls import measure_call
 from ..measure.chain import _region_overhead
 from ..measure.ops import measure_with_ops
@@ -83,7 +83,15 @@ class FirstStep:
             finally:
                 self._inside -= 1
         outputs = (measured_outputs, _output_keys(out, excluded))
-        step.calls.append(RecordedCall.of(module, name, signature, measured, outputs, ops))
+        arguments = tuple(
+            storage_key(a)
+            if isinstance(a, torch.Tensor) and not is_persistent(a, excluded)
+            else None
+            for a in (*args, *kwargs.values())
+        )
+        step.calls.append(
+            RecordedCall.of(module, name, signature, measured, outputs, ops, input_order=arguments)
+        )
         step.last_outputs = out
         return out
 
@@ -104,7 +112,10 @@ class FirstStep:
             self._region_overhead = _region_overhead(torch.zeros(1, device=self._device), 0)
         held = frozenset(step.outside.keys) if step.outside is not None else frozenset()
         profile = chain_profile(step.calls, self._region_overhead, held)
-        calls = tuple((c.module, c.signature) for c in step.calls)
+        calls = tuple(
+            (c.module, c.signature, moved)
+            for c, moved in zip(step.calls, moved_input_positions(step.calls, held))
+        )
         if _distributed.active(self.plan_group):
             self._profiles[step.key] = (profile, calls)
         self._make_block_plan(step.plan_key, step.key, profile, calls)
@@ -114,7 +125,7 @@ class FirstStep:
         plan_key: Any,
         key: Any,
         profile: Profile,
-        calls: tuple[tuple[Any, Any], ...],
+        calls: tuple[tuple[Any, Any, tuple[int, ...]], ...],
     ) -> _BlockPlan:
         """The plan of this rank's `calls` from its `profile` (agreed on with the other ranks),
         kept under `plan_key`."""
@@ -136,13 +147,16 @@ class FirstStep:
                 slots=self.slots,
             )
         _distributed.verify_same_plan(
-            (made.regions, made.options, made.offloaded), group=self.plan_group
+            (made.regions, made.options, made.offloaded, made.inputs_offloaded),
+            group=self.plan_group,
         )
         regions = {
             first: made.context_fn(index, self._warn)
             for index, (first, _, _) in enumerate(made.regions)
         }
-        found = _BlockPlan(made, calls, regions, frozenset(made.offloaded))
+        # A region whose input moves: the positions of the arguments it sends to the host.
+        moved = {i: calls[i][2] for i in made.inputs_offloaded}
+        found = _BlockPlan(made, calls, regions, frozenset(made.offloaded), moved)
         self._block_plans[plan_key] = found
         self.plans[key] = made
         self.plan = made

@@ -11,6 +11,7 @@ from torch import nn
 from ...units import format_bytes, format_seconds
 from .._runtime import _PreservedState, _synchronize, _tensors, clock
 from ..blocks import Blocks, find_blocks
+from ..plan.offload import plan_offload
 from ..types import Plan, Profile
 from .auto import AutoCheckpoint
 
@@ -25,6 +26,8 @@ class Measurement:
             saves inside it, the activation it passes on and its forward time.
         no_checkpoint_bytes: the blocks' saved bytes at their peak without checkpointing.
         least_budget_bytes: the least budget auto_checkpoint accepts for these inputs.
+        least_offload_budget_bytes: the least with ``offload=`` (regions' inputs moved to host
+            memory; at most least_budget_bytes). The property plans it on first use.
         step_seconds: the measured step (forward and backward, every block checkpointed while
             it was measured, so this overstates a plain step).
     """
@@ -35,13 +38,28 @@ class Measurement:
     least_budget_bytes: int
     step_seconds: float
 
+    @property
+    def least_offload_budget_bytes(self) -> int:
+        if self.profile.max_region_layers != 1 or len(self.profile.layers) < 2:
+            return self.least_budget_bytes
+        # The least peak does not depend on the bandwidth, only on what may move.
+        found = plan_offload(
+            self.profile,
+            self.no_checkpoint_bytes + self.least_budget_bytes,
+            bandwidth=1.0,
+            offloadable=[layer.offloadable for layer in self.profile.layers],
+            input_offloadable=[layer.input_offloadable for layer in self.profile.layers],
+        )
+        return min(self.least_budget_bytes, found.minimum_budget_bytes)
+
     def table(self) -> str:
         p = self.profile
         width = max([len(layer.name) for layer in p.layers] + [5])
         lines = [
             f"remat.measure: {self.blocks.describe()}",
             f"  budget without checkpointing {format_bytes(self.no_checkpoint_bytes)}; least "
-            f"possible {format_bytes(self.least_budget_bytes)}",
+            f"possible {format_bytes(self.least_budget_bytes)} (with offload= "
+            f"{format_bytes(self.least_offload_budget_bytes)})",
             f"  forward of the blocks {format_seconds(p.forward_seconds)}; measured step "
             f"{format_seconds(self.step_seconds)}",
             "",

@@ -104,6 +104,10 @@ class _Stored:
             self.out_event.record(out_stream)
         self.host = host
 
+    @property
+    def resident_bytes(self) -> int:
+        return 0 if self.resident is None else self.resident.tensor.untyped_storage().nbytes()
+
     def release(self) -> None:
         """Lets the device storage go (the compute stream first waits for the copy out)."""
         if not self.moved or self.resident is None:
@@ -162,6 +166,16 @@ class _Packed:
         self.changed = False
 
 
+def _held_elsewhere(stored: _Stored, packed: list[_Packed]) -> bool:
+    """Whether a moved storage is referenced by more tensors than offloading's own."""
+    use_count = getattr(torch._C, "_storage_Use_Count", None)
+    if stored.resident is None or use_count is None:
+        return False
+    storage = stored.resident.tensor.untyped_storage()
+    own = 1 + sum(1 for p in packed if p.stored is stored and p.alias is not None)
+    return use_count(storage._cdata) > own + 1  # + 1: `storage` itself
+
+
 def _unpack(packed: Any) -> torch.Tensor:
     if isinstance(packed, torch.Tensor):
         return packed
@@ -189,14 +203,18 @@ class OffloadedCall:
     def __init__(
         self,
         name: str,
-        inputs: Any,
+        kept: Any,
         excluded: set[Key],
         warn: Callable[[str], None],
+        only: set[Key] | None = None,
     ) -> None:
+        """`kept`: what stays on the device whatever it saves (the call's inputs); `only`: when
+        given, the storages that may move (a region's input), all others staying."""
         self._name = name
         self._excluded = excluded
         self._warn = warn
-        self._kept = {storage_key(t) for t in _tensors(inputs)}
+        self._kept = {storage_key(t) for t in _tensors(kept)}
+        self._only = only
         self._stored: dict[Key, _Stored] = {}
         self._packed: list[_Packed] = []
         self._moved: list[_Stored] = []
@@ -220,20 +238,15 @@ class OffloadedCall:
         return packed
 
     def finish(self, outputs: Any) -> None:
-        """The block returned `outputs`: copies out every storage it saved but its inputs',
+        """The block returned `outputs`: copies out every storage it saved but the kept ones,
         its outputs' and those that cannot be rebuilt from bytes."""
         kept = self._kept | {storage_key(t) for t in _tensors(outputs)}
-        for packed in self._packed:
-            alias = packed.alias
-            packed.changed = alias is not None and alias._version != packed.version
+        self._check_versions()
         for key, stored in self._stored.items():
-            if key not in kept:
+            if key not in kept and (self._only is None or key in self._only):
                 stored.copy_out()
                 self._moved.append(stored)
-        for packed in self._packed:
-            if packed.stored.moved:
-                packed.alias = None
-        self._packed = []
+        self._packed = [packed for packed in self._packed if packed.stored.moved]
         if self._unmovable:
             self._warn(
                 f"{self._name} is offloaded, but it saves tensors that cannot be copied to host "
@@ -241,9 +254,28 @@ class OffloadedCall:
                 "device, above the plan's prediction by up to their size"
             )
 
+    def _check_versions(self) -> None:
+        for packed in self._packed:
+            alias = packed.alias
+            packed.changed |= alias is not None and alias._version != packed.version
+
     def release(self) -> None:
+        """The next block's forward has run: the moved storages leave the device (a saved
+        tensor changed in place since it was saved raises when backward unpacks it)."""
+        self._check_versions()
+        held = [stored for stored in self._moved if _held_elsewhere(stored, self._packed)]
+        for packed in self._packed:
+            packed.alias = None
+        self._packed = []
         for stored in self._moved:
             stored.release()
+        if held:
+            size = format_bytes(sum(s.resident_bytes for s in held))
+            self._warn(
+                f"{self._name}: {size} it sends to host memory is still referenced elsewhere "
+                "(by the model's code, or another block's saved tensors), so offloading it frees "
+                "no device memory and the step holds more than the plan predicts"
+            )
 
     def prefetch_at(self, outputs: Any) -> None:
         """Copies the moved storages back as soon as a gradient reaches one of `outputs` (the

@@ -126,8 +126,12 @@ class _BlockPlan:
     """A per-block plan: the calls it was made for, and which of them are checkpoint regions."""
 
     plan: Plan
-    calls: tuple[tuple[Any, Any], ...]  # (module, signature) per call, in order
+    # (module, signature, positions of the arguments a moved input would send) per call
+    calls: tuple[tuple[Any, Any, tuple[int, ...]], ...]
     # Call position -> how it runs as a region: None re-runs everything, else the
     # torch.utils.checkpoint context_fn of its selective (op-level) policy.
     regions: dict[int, Callable[[], Any] | None]
     offloaded: frozenset[int] = frozenset()  # call positions whose saved tensors go to the host
+    # Call position -> the positions of its arguments that go to the host, for a region whose
+    # input moves.
+    inputs_offloaded: dict[int, tuple[int, ...]] = field(default_factory=dict)
