@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Every GPU measurement the open issues wait for, in one run that fits one device call (at most
+# 10 minutes; each step has its own timeout, 570 s in all):
+#   issue 38: offloading in eager PyTorch (bench/offload.py, Llama-style d=2048 seq 2048 bf16);
+#   issue 36: the zoo against HF gradient checkpointing at realistic sizes (bench/zoo.py);
+#   issue 13: the third H200 run's op-level figures, first step and compile budgets, and the
+#             portability suite (tests/device/h200_run3.sh, its steps with shorter timeouts).
+# The most wanted first: a step cut short by its timeout still leaves the others' reports.
+# Usage (device tool): bash tests/device/gpu_pending.sh "$OUT"; reports land under $OUT.
+set -uo pipefail
+out=${1:?out dir}
+mkdir -p "$out/offload" "$out/zoo" "$out/ops" "$out/first" "$out/compile"
+rm -rf /tmp/site
+start=$(date +%s)
+python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/site . >"$out/build.log" 2>&1 ||
+  tail -20 "$out/build.log"
+echo "build $(($(date +%s) - start)) s"
+export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+
+step() {  # step NAME SECONDS COMMAND...
+  local name=$1 seconds=$2
+  shift 2
+  local began=$(date +%s)
+  timeout "$seconds" "$@" >"$out/$name.log" 2>&1
+  echo "$name rc=$? in $(($(date +%s) - began)) s"
+}
+
+step offload 150 python3 bench/offload.py --device cuda --layers 8 --repeats 5 --out "$out/offload"
+step zoo 130 python3 bench/zoo.py --device cuda --hidden 2048 --layers 8 --seq 2048 \
+  --dtype bfloat16 --models llama,gpt2 --rounds 5 --out "$out/zoo"
+step ops 90 python3 bench/eager_ops.py --device cuda --repeats 5 --budgets 4 --out "$out/ops"
+step compile 90 python3 bench/compile_budget.py --device cuda --steps 5 --models "" \
+  --inductor-models llama,gpt --out "$out/compile"
+step first 40 python3 bench/eager_first_step.py --device cuda --steps 3 --models llama \
+  --out "$out/first"
+REMAT_SKIP_TESTS="test_torch_compile test_properties test_torch_parity test_source_rules test_distributed test_build_options test_torch_versions test_torch_knapsack_cases test_zoo" \
+  timeout 70 bash tests/device/portability.sh "$out/portability.log"
+echo "portability rc=$?"
+for report in "$out"/offload/README_cuda.md "$out"/zoo/README_cuda.md; do
+  echo "== $report"
+  head -40 "$report" 2>/dev/null || echo "(none)"
+done
