@@ -251,7 +251,10 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
         if step is not None and step.outside is not None:
             step.outside.__exit__(None, None, None)
         if step is not None and step.pending_offload is not None:
-            step.pending_offload.release()  # the last call is kept: only off a plan
+            # The last block call moved something: it leaves once the model's code after the
+            # blocks has run, and comes back when backward reaches the model's output.
+            step.pending_offload.release()
+            step.pending_offload.prefetch_at(output)
         # torch calls this hook (always_call) from its handler when the forward raised, with no
         # output: a step cut short measured only some blocks, and the next step measures again.
         cut_short = output is None and sys.exc_info()[1] is not None
