@@ -135,6 +135,20 @@ def is_persistent(tensor: torch.Tensor, excluded: set[tuple[str, int, int]]) -> 
     )
 
 
+def is_parameter_cast(tensor: torch.Tensor) -> bool:
+    """A cast of a parameter that autograd records (autocast's weight casts, which its cache
+    keeps for the whole autocast region): memory no block frees by offloading it."""
+    base = tensor._base if tensor._base is not None else tensor  # a view of it, as its t()
+    function = base.grad_fn
+    if function is None or type(function).__name__ != "ToCopyBackward0":
+        return False
+    return any(
+        getattr(following, "variable", None) is not None
+        and isinstance(following.variable, torch.nn.Parameter)
+        for following, _ in function.next_functions
+    )
+
+
 def has_fsdp_modules(module: torch.nn.Module) -> bool:
     """Whether `module` is or holds a module under FSDP2's fully_shard."""
     try:

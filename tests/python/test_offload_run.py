@@ -265,14 +265,17 @@ def test_offload_settings_are_checked_where_they_are_given():
     model = Net()
     with pytest.raises(ValueError, match="offload: expected False, 'auto' or True"):
         rt.auto_checkpoint(model, memory_budget="1GiB", offload="yes")
-    with pytest.raises(ValueError, match="offload_bandwidth"):
-        rt.auto_checkpoint(model, memory_budget="1GiB", offload=True, offload_bandwidth="fast")
+    for bandwidth in ("fast", "0GB/s"):
+        with pytest.raises(ValueError, match="offload_bandwidth"):
+            rt.auto_checkpoint(
+                model, memory_budget="1GiB", offload=True, offload_bandwidth=bandwidth
+            )
     with pytest.raises(ValueError, match="host_budget"):
         rt.auto_checkpoint(model, memory_budget="1GiB", offload=True, host_budget="lots")
     with pytest.raises(ValueError, match="microbatches_in_flight"):
         rt.auto_checkpoint(model, memory_budget="1GiB", offload=True, microbatches_in_flight=2)
     chain = nn.Sequential(*(Block() for _ in range(3)))
-    with pytest.raises(ValueError, match="stock nn.Sequential"):
+    with pytest.raises(ValueError, match=r"stock nn.Sequential.*blocks=list\(model\)\)"):
         rt.auto_checkpoint(chain, memory_budget="1GiB", offload=True)
 
 
@@ -349,3 +352,57 @@ def test_an_input_the_model_keeps_elsewhere_is_reported_when_moving_it_frees_not
     assert handle.plan.inputs_offloaded
     with pytest.warns(RuntimeWarning, match="still referenced elsewhere"):
         model(batch).sum().backward()
+
+
+class KeepsItsHidden(nn.Module):
+    """A block that keeps a tensor it saved (as a block caching an attention map would)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.down = nn.Linear(32, 128), nn.Linear(128, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = torch.nn.functional.gelu(self.up(x))
+        self.last = hidden  # self.down saves it too
+        return x + self.down(hidden)
+
+
+def test_a_storage_held_elsewhere_keeps_its_version_check_and_is_reported_with_its_size():
+    model = Net()
+    model.layers = nn.ModuleList(KeepsItsHidden() for _ in range(6))
+    batch = torch.randn(16, 32)
+    measured = rt.measure(copy.deepcopy(model), batch, verbose=False)
+    budget = (measured.least_budget_bytes + measured.no_checkpoint_bytes) // 2
+    handle = rt.auto_checkpoint(model, memory_budget=budget, offload=True, offload_bandwidth=FAST)
+    model(batch).sum().backward()
+    assert handle.plan.offloaded
+    with pytest.warns(RuntimeWarning, match=r"8 KiB it sends to host memory is still referenced"):
+        model(batch).sum().backward()
+    out = model(batch)
+    model.layers[handle.plan.offloaded[0]].last.mul_(0.5)  # after it left the device
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
+
+
+def test_autocast_weight_casts_stay_and_their_layers_are_not_offloaded():
+    class Autocast(Net):
+        def forward(self, x):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                for layer in self.layers:
+                    x = layer(x)
+            return self.head(x.float())
+
+    torch.manual_seed(0)
+    model, batch = Autocast(), torch.randn(16, 32)
+    plain = copy.deepcopy(model)
+    measured = rt.measure(copy.deepcopy(model), batch, verbose=False)
+    budget = (measured.least_budget_bytes + measured.no_checkpoint_bytes) // 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        handle = rt.auto_checkpoint(
+            model, memory_budget=budget, offload=True, offload_bandwidth=FAST
+        )
+        got = _train(model, batch, lambda out: out.sum())
+    _check_exact(got, _train(plain, batch, lambda out: out.sum()))
+    assert not any(layer.offloadable for layer in handle.plan.profile.layers)
+    assert not handle.plan.offloaded

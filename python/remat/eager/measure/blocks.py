@@ -53,6 +53,9 @@ class RecordedCall:
     # The storage of each of its arguments (positional, then keyword), None where it is not an
     # activation tensor: a region's checkpoint holds these.
     input_order: tuple[Key | None, ...] = ()
+    # Whether it saved casts of parameters (autocast's, which its cache holds): offloading
+    # would not free them.
+    saves_parameter_casts: bool = False
 
     @classmethod
     def of(
@@ -90,6 +93,7 @@ class RecordedCall:
             measured.forward_seconds,
             ops,
             input_order,
+            bool(measured.cast_keys),
         )
 
 
@@ -191,8 +195,9 @@ def chain_profile(
                 output_bytes=_bytes(boundary),
                 saves_output=saves_boundary,
                 forward_seconds=call.forward_seconds,
-                # An offloaded call keeps its outputs on the device: only its own bytes move.
-                offloadable=not call.saved_outputs - passed,
+                # An offloaded call keeps its outputs and parameter casts on the device: only
+                # the rest of its own bytes move.
+                offloadable=not call.saved_outputs - passed and not call.saves_parameter_casts,
                 input_offloadable=k > 0 and bool(boundaries[k - 1].movable),
             )
         )

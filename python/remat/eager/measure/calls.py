@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from ...saved_memory import is_persistent, storage_key
+from ...saved_memory import is_parameter_cast, is_persistent, storage_key
 from .._runtime import _detached, _modules_of, _storage_bytes, _synchronize, _tensors, clock
 from ..generators import GeneratorWatch
 from ..mutation import argument_states, check_unchanged
@@ -53,6 +53,7 @@ class SaveRecorder:
         self, excluded: set[tuple[str, int, int]], on_save: Callable[[], None] | None = None
     ) -> None:
         self.keys: set[tuple[str, int, int]] = set()
+        self.casts: set[tuple[str, int, int]] = set()  # of parameters (is_parameter_cast)
         self._excluded = excluded
         self._on_save = on_save
         self._alive: list[torch.Tensor] = []
@@ -63,6 +64,8 @@ class SaveRecorder:
             self._on_save()
         if not is_persistent(tensor, self._excluded):
             self.keys.add(storage_key(tensor))
+            if is_parameter_cast(tensor):
+                self.casts.add(storage_key(tensor))
             self._alive.append(tensor)
         return _NotKept()
 
@@ -86,6 +89,7 @@ class CallMeasurement:
     forward_seconds: float
     output: Any  # the outputs, detached
     dispatched: int = 0  # ops its first run dispatched
+    cast_keys: frozenset[tuple[str, int, int]] = frozenset()  # saved casts of parameters
 
 
 def _changes_its_input(function: Callable[..., Any]) -> ValueError:
@@ -151,7 +155,13 @@ def measure_call(
         seconds.append(now() - start)
         del again
     return CallMeasurement(
-        input_keys, frozenset(saved.keys), output_keys, min(seconds), out, watch.dispatched
+        input_keys,
+        frozenset(saved.keys),
+        output_keys,
+        min(seconds),
+        out,
+        watch.dispatched,
+        frozenset(saved.casts),
     )
 
 

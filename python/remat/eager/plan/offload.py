@@ -35,7 +35,10 @@ def parse_bandwidth(value: int | float | str) -> float:
             raise ValueError(
                 f"offload_bandwidth: expected bytes per second such as '25GB/s', got {value!r}"
             )
-        return float(parse_bytes(found.group(1), "offload_bandwidth"))
+        rate = float(parse_bytes(found.group(1), "offload_bandwidth"))
+        if not rate > 0:
+            raise ValueError(f"offload_bandwidth: expected a positive rate, got {value!r}")
+        return rate
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ValueError(
             f"offload_bandwidth: expected a positive number of bytes per second, got {value!r}"

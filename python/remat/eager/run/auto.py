@@ -81,7 +81,7 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
             raise ValueError(
                 f"offload: {blocks.path} is a stock nn.Sequential, planned as one chain of nested "
                 "regions, which offload plans do not cover; pass its blocks as a list "
-                f"(blocks=list(model.{blocks.path})) to plan them one call at a time"
+                f"(blocks=list({blocks.path})) to plan them one call at a time"
             )
         if offload.mode is not False and microbatches_in_flight != 1:
             raise ValueError(

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import torch
 
-from ...saved_memory import hold_for_meters, is_persistent, storage_key
+from ...saved_memory import hold_for_meters, is_parameter_cast, is_persistent, storage_key
 from ...units import format_bytes
 from .._runtime import _tensors
 
@@ -230,7 +230,9 @@ class OffloadedCall:
         stored = self._stored.get(key)
         if stored is None:
             stored = self._stored[key] = _Stored(tensor)
-        if not _movable(tensor):
+        if is_parameter_cast(tensor):  # autocast's cache holds it: moving it frees nothing
+            self._kept.add(key)
+        elif not _movable(tensor):
             self._kept.add(key)
             self._unmovable.append(f"a {type(tensor).__name__} of {format_bytes(key[2])}")
         packed = _Packed(stored, tensor)
@@ -264,17 +266,22 @@ class OffloadedCall:
         tensor changed in place since it was saved raises when backward unpacks it)."""
         self._check_versions()
         held = [stored for stored in self._moved if _held_elsewhere(stored, self._packed)]
+        size = sum(stored.resident_bytes for stored in held)
         for packed in self._packed:
-            packed.alias = None
+            # A storage held elsewhere stays on the device anyway, and something may still
+            # change it in place: its saved tensors keep their aliases, whose versions unpacking
+            # checks. The others have no reference left but offloading's.
+            if not any(packed.stored is stored for stored in held):
+                packed.alias = None
         self._packed = []
         for stored in self._moved:
             stored.release()
         if held:
-            size = format_bytes(sum(s.resident_bytes for s in held))
             self._warn(
-                f"{self._name}: {size} it sends to host memory is still referenced elsewhere "
-                "(by the model's code, or another block's saved tensors), so offloading it frees "
-                "no device memory and the step holds more than the plan predicts"
+                f"{self._name}: {format_bytes(size)} it sends to host memory is still referenced "
+                "elsewhere (by the model's code, another block's saved tensors or a cache), so "
+                "offloading it frees no device memory and the step holds more than the plan "
+                "predicts"
             )
 
     def prefetch_at(self, outputs: Any) -> None:
