@@ -283,6 +283,49 @@ def test_ddp_one_plan_exact_gradients_even_with_a_slow_rank(world, tmp_path):
     assert results[0]["plans"][0], "the budget needs regions"
 
 
+def _ddp_offload_worker(rank, world, store, out):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import remat.torch as rt
+
+    _init(rank, world, store)
+    base = Net()
+    x = torch.randn(8, 32) + rank
+    budget = max(dist_all(_budget(base, x)))
+    plain = DDP(copy.deepcopy(base))
+    model = DDP(copy.deepcopy(base))
+    # No bandwidth given: each rank measures its own, and all plan with the least.
+    handle = rt.auto_checkpoint(model.module, memory_budget=budget, offload=True)
+    grads_equal = True
+    for _step in range(3):
+        for net in (plain, model):
+            net.zero_grad()
+            net(x).pow(2).mean().backward()
+        grads_equal &= all(
+            torch.equal(a.grad, b.grad) for a, b in zip(plain.parameters(), model.parameters())
+        )
+    plan = handle.plan
+    figures = plan.offload
+    _write(
+        out,
+        rank,
+        {
+            "grads_equal": grads_equal,
+            "plan": [[list(r) for r in plan.regions], list(plan.offloaded)],
+            "bandwidth": None if figures is None else figures.bandwidth,
+        },
+    )
+    _finish()
+
+
+def test_ddp_ranks_offload_by_one_plan_with_the_least_measured_bandwidth(tmp_path):
+    results = _spawn(_ddp_offload_worker, 2, tmp_path)
+    assert all(r["grads_equal"] for r in results)
+    assert all(r["plan"] == results[0]["plan"] for r in results)
+    assert all(r["bandwidth"] == results[0]["bandwidth"] for r in results)
+    assert results[0]["plan"][1], "the budget is one where offloading beats re-running"
+
+
 class WideBlock(nn.Module):
     """Wide enough that caching its matmuls beats re-running the block (op-level options)."""
 
