@@ -353,6 +353,13 @@ def peak(value):
     return StepPeak(peak=value, forward_peak=value, saved=0, backward_peak=value)
 
 
+def part(value, offloaded=frozenset()):
+    """A predicted partition of that peak, as Partitioner.predict returns it."""
+    from remat.compiled.partition import Partition
+
+    return Partition(frozenset(), peak(value), frozenset(offloaded))
+
+
 def test_choice_is_monotone_in_the_budget():
     """Over random predictions: a smaller budget never gives a higher predicted peak or less
     recompute, and the choice is the least recompute that fits."""
@@ -367,7 +374,7 @@ def test_choice_is_monotone_in_the_budget():
         previous = None
         for budget in range(110, 0, -1):
             try:
-                choice = choose(plans, lambda r, _: peak(peaks[r]), budget)
+                choice = choose(plans, lambda r, _, __: part(peaks[r]), budget)
             except BudgetTooSmall as error:
                 assert budget < min(peaks.values())
                 assert error.least_peak == min(peaks.values())
@@ -384,9 +391,9 @@ def test_choice_is_monotone_in_the_budget():
 def test_choice_predicts_lazily():
     calls = []
 
-    def predict(recomputed, budget):
+    def predict(recomputed, budget, offload):
         calls.append(recomputed)
-        return peak(50 - 10 * len(recomputed))
+        return part(50 - 10 * len(recomputed))
 
     plans = [((), 0.0), ((0,), 1.0), ((0, 1), 2.0), ((0, 1, 2), 3.0)]
     assert choose(plans, predict, 45).chosen.recomputed == (0,)
@@ -530,14 +537,14 @@ def test_a_lower_bound_skips_plans_without_changing_the_choice():
         for budget in range(110, 0, -7):
             predicted = []
 
-            def bounded(recomputed, limit):
+            def bounded(recomputed, limit, offload):
                 if limit is not None and floors[recomputed] > limit:
                     return None
                 predicted.append(recomputed)
-                return peak(peaks[recomputed])
+                return part(peaks[recomputed])
 
             try:
-                want = choose(plans, lambda r, _: peak(peaks[r]), budget)
+                want = choose(plans, lambda r, _, __: part(peaks[r]), budget)
             except BudgetTooSmall as error:
                 with pytest.raises(BudgetTooSmall) as got:
                     choose(plans, bounded, budget)
@@ -560,10 +567,13 @@ def test_the_bound_is_below_every_plans_peak(monkeypatch):
     checked = []
     original = Partitioner.predict
 
-    def checking(self, recomputed, budget):
+    def checking(self, recomputed, budget, offload=False):
         saved = self.saved_values(recomputed)
         checked.append((self.lower_bound(saved), self.partition_saving(saved).peak.peak))
-        return original(self, recomputed, budget)
+        moved = set(self.offloadable(saved))
+        staying = [node for node in saved if node not in moved]
+        checked.append((self.lower_bound(staying), self.partition_saving(saved, True).peak.peak))
+        return original(self, recomputed, budget, offload)
 
     monkeypatch.setattr(Partitioner, "predict", checking)
     for name in sorted(MODELS):

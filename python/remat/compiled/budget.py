@@ -65,6 +65,7 @@ class Candidate:
     recomputed: tuple[int, ...]  # indices into the solver's candidate ops
     recompute: float  # their estimated runtime, in the estimator's unit (flops by default)
     peak: StepPeak
+    offloaded: frozenset[str] = frozenset()  # saved values moved to the host (use(offload=))
 
 
 @dataclass
@@ -112,44 +113,65 @@ def front_plans(
 
 def choose(
     plans: Sequence[tuple[tuple[int, ...], float]],
-    predict: Callable[[tuple[int, ...], int | None], StepPeak | None],
+    predict: Callable[[tuple[int, ...], int | None, bool], Any],
     budget: int | None,
+    offload: bool = False,
 ) -> GraphChoice:
     """The first plan (least recompute, then least peak) whose predicted peak fits ``budget``;
     every plan when ``budget`` is None. Raises BudgetTooSmall when none fits.
 
-    ``predict(recomputed, budget)`` is the plan's step peak, or None when a lower bound on it
-    is above ``budget`` (Partitioner.predict: no split or walk for a plan that cannot fit).
-    Such plans are skipped; only when no plan fits are they predicted after all, for the least
-    peak the error names. The choice is the same as predicting every plan."""
+    ``predict(recomputed, budget, offload)`` is the plan's Partition (its peak, and the saved
+    values it offloads), or None when a lower bound on its peak is above ``budget``
+    (Partitioner.predict: no split or walk for a plan that cannot fit). Such plans are skipped;
+    only when no plan fits are they predicted after all, for the least peak the error names. The
+    choice is the same as predicting every plan. With ``offload``, when no plan fits on the
+    device alone, the plans are scanned again in the same order with their offloadable saved
+    values moved to the host: offloading is the last resort, for the budgets it alone meets."""
     started = time.perf_counter()
     choice = GraphChoice(budget=budget, chosen=None, plans=len(plans))
-    fitting_recompute: float | None = None
-    skipped: list[tuple[tuple[int, ...], float]] = []
-    for recomputed, recompute in plans:
-        if fitting_recompute is not None and recompute > fitting_recompute:
-            break  # the rest recompute more than a plan that fits
-        peak = predict(recomputed, budget)
-        if peak is None:
-            skipped.append((recomputed, recompute))
-            continue
-        candidate = Candidate(recomputed, recompute, peak)
-        choice.candidates.append(candidate)
-        if budget is not None and candidate.peak.peak <= budget:
-            if choice.chosen is None or candidate.peak.peak < choice.chosen.peak.peak:
-                choice.chosen = candidate
-            fitting_recompute = recompute
+    skipped = _scan(plans, predict, budget, False, choice)
+    if budget is not None and choice.chosen is None and offload:
+        skipped += _scan(plans, predict, budget, True, choice)
     choice.bounded = len(skipped)
     if budget is not None and choice.chosen is None:
-        for recomputed, recompute in skipped:
-            exact = predict(recomputed, None)
+        for recomputed, recompute, moving in skipped:
+            exact = predict(recomputed, None, moving)
             assert exact is not None
-            choice.candidates.append(Candidate(recomputed, recompute, exact))
+            choice.candidates.append(Candidate(recomputed, recompute, exact.peak, exact.offloaded))
         choice.seconds = time.perf_counter() - started
         least = min(choice.candidates, key=lambda c: (c.peak.peak, c.recompute))
         raise BudgetTooSmall(budget, least, len(choice.candidates))
     choice.seconds = time.perf_counter() - started
     return choice
+
+
+def _scan(
+    plans: Sequence[tuple[tuple[int, ...], float]],
+    predict: Callable[[tuple[int, ...], int | None, bool], Any],
+    budget: int | None,
+    offload: bool,
+    choice: GraphChoice,
+) -> list[tuple[tuple[int, ...], float, bool]]:
+    """Predicts the plans in order until one fits (see choose); returns those a lower bound
+    ruled out."""
+    fitting_recompute: float | None = None
+    skipped: list[tuple[tuple[int, ...], float, bool]] = []
+    for recomputed, recompute in plans:
+        if fitting_recompute is not None and recompute > fitting_recompute:
+            break  # the rest recompute more than a plan that fits
+        found = predict(recomputed, budget, offload)
+        if found is None:
+            skipped.append((recomputed, recompute, offload))
+            continue
+        if offload and not found.offloaded:
+            continue  # nothing to move: the first scan predicted it already
+        candidate = Candidate(recomputed, recompute, found.peak, found.offloaded)
+        choice.candidates.append(candidate)
+        if budget is not None and candidate.peak.peak <= budget:
+            if choice.chosen is None or candidate.peak.peak < choice.chosen.peak.peak:
+                choice.chosen = candidate
+            fitting_recompute = recompute
+    return skipped
 
 
 def knapsack_answer(choice: GraphChoice, n: int) -> tuple[list[int], list[int]]:

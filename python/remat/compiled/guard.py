@@ -33,7 +33,11 @@ def guarded_choice(
         asked_before = len(solver.choices)
         saved_values = original(joint_graph, node_info, memory_budget)
         if memory_budget == ROUTE_TO_SOLVER and len(solver.choices) == asked_before + 1:
-            return _verified(original, solver, joint_graph, node_info, memory_budget, saved_values)
+            saved_values = _verified(
+                original, solver, joint_graph, node_info, memory_budget, saved_values
+            )
+            _tag_offloaded(solver.choices[-1], saved_values)
+            return saved_values
         if memory_budget != ROUTE_TO_SOLVER or len(solver.choices) != asked_before:
             return saved_values  # another budget (a region annotation), or the solver decided
         if solver.survey or solver.memory_budget is None:
@@ -67,7 +71,9 @@ def _verified(
     if solver.survey or not solver.fast or choice.chosen is None:
         return saved_values
     started = time.perf_counter()
-    exact = Partitioner(joint_graph, node_info, fast=False).partition_saving(list(saved_values))
+    exact = Partitioner(joint_graph, node_info, fast=False).partition_saving(
+        list(saved_values), offload=bool(choice.chosen.offloaded)
+    )
     choice.step_seconds["check"] = time.perf_counter() - started
     if exact.peak == choice.chosen.peak:
         return saved_values
@@ -84,6 +90,15 @@ def _verified(
         return original(joint_graph, node_info, memory_budget)
     finally:
         solver.fast = True
+
+
+def _tag_offloaded(choice: GraphChoice, saved_values: Any) -> None:
+    """Marks the saved values the chosen plan offloads for torch's activation offloading (the
+    forward graph's copies of these nodes keep their meta)."""
+    moved = set() if choice.chosen is None else choice.chosen.offloaded
+    for node in saved_values:
+        if node.name in moved:
+            node.meta["should_offload"] = True
 
 
 def unguarded(function: Callable[..., Any]) -> tuple[Callable[..., Any], float | None]:

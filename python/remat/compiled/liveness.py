@@ -106,13 +106,18 @@ def walk_graph(
     live_on_entry: dict[int, int],
     kept: set[int],
     storages: StorageCache | None = None,
+    released: set[int] | frozenset[int] = frozenset(),
+    arriving: dict[int, int] | None = None,
 ) -> GraphWalk:
     """Runs the liveness walk over one graph.
 
     ``live_on_entry``: storages live when the graph starts, freed after their last use here
     unless in ``kept``. ``kept``: storages that outlive the graph whatever it does (the
     parameters, the user's inputs, outputs still held by the caller); never counted unless
-    they are also in ``live_on_entry``. ``storages``: a cache of each node's storages."""
+    they are also in ``live_on_entry``. ``storages``: a cache of each node's storages.
+    ``released``: storages the graph returns that leave the device after their last use here
+    (offloaded: the graph returns a host copy). ``arriving``: storages (with their bytes) the
+    graph is given on the host and copies to the device just before their first use."""
     sub = graph if isinstance(graph, Subgraph) else Subgraph.of(graph)
     cache: StorageCache = {} if storages is None else storages
 
@@ -124,6 +129,7 @@ def walk_graph(
     for arg in sub.outputs:
         if isinstance(arg, fx.Node):
             output_keys.update(keys(arg))
+    output_keys -= released
     last_use: dict[int, int] = {}
     for index, node in enumerate(sub.body):
         for arg in node.all_input_nodes:
@@ -142,7 +148,21 @@ def walk_graph(
             free_after.setdefault(last_use.get(key, -1), []).append(key)
     for key in list(free_after.get(-1, [])):  # given but never read: gone at the start
         total -= live.pop(key)
+    arrive_at: dict[int, list[int]] = {}
+    if arriving:
+        first_use: dict[int, int] = {}
+        for index, node in enumerate(sub.body):
+            for arg in node.all_input_nodes:
+                for key in keys(arg):
+                    first_use.setdefault(key, index)
+        for key in arriving:
+            if key in first_use:
+                arrive_at.setdefault(first_use[key], []).append(key)
+                free_after.setdefault(last_use[key], []).append(key)
     for index, node in enumerate(sub.body):
+        for key in arrive_at.get(index, ()):
+            live[key] = arriving[key]  # type: ignore[index]
+            total += arriving[key]  # type: ignore[index]
         for key, nbytes in keys(node).items():
             if key in live or key in placeholders or key in kept:
                 continue
@@ -184,8 +204,13 @@ def step_peak(
     backward: fx.GraphModule | Subgraph,
     num_user_outputs: int,
     storages: StorageCache | None = None,
+    offloaded: frozenset[str] = frozenset(),
 ) -> StepPeak:
-    """Walks the forward, then the backward, of one partition (see the module docstring)."""
+    """Walks the forward, then the backward, of one partition (see the module docstring).
+
+    ``offloaded``: names of saved values torch's activation offloading moves to the host
+    (torch._functorch's enable_activation_offloading, synchronous): each leaves the device after
+    its last use in the forward and comes back just before its first use in the backward."""
     fwd = forward if isinstance(forward, Subgraph) else Subgraph.of(forward.graph)
     bwd = backward if isinstance(backward, Subgraph) else Subgraph.of(backward.graph)
     cache: StorageCache = {} if storages is None else storages
@@ -197,18 +222,23 @@ def step_peak(
         return found
 
     inputs = keys_of(fwd.inputs)
-    forward_walk = walk_graph(fwd, {}, kept=set(inputs), storages=cache)
     returned = list(dict.fromkeys(n for n in fwd.outputs if isinstance(n, fx.Node)))
     user_nodes = [arg for arg in fwd.outputs[:num_user_outputs] if isinstance(arg, fx.Node)]
     user = {k: v for k, v in keys_of(user_nodes).items() if k not in inputs}
-    saved = {
+    staying = [n for n in returned if n not in user_nodes and n.name not in offloaded]
+    saved = {k: v for k, v in keys_of(staying).items() if k not in inputs and k not in user}
+    # A storage another returned tensor still holds (a view saved beside it) does not leave.
+    moved = {
         k: v
-        for k, v in keys_of(n for n in returned if n not in user_nodes).items()
-        if k not in inputs and k not in user
+        for k, v in keys_of(n for n in returned if n.name in offloaded).items()
+        if k not in inputs and k not in user and k not in saved
     }
+    forward_walk = walk_graph(fwd, {}, kept=set(inputs), storages=cache, released=set(moved))
     tangents = keys_of(n for n in bwd.inputs if input_name(n).startswith("tangents"))
     on_entry = {**saved, **user, **tangents}
-    backward_walk = walk_graph(bwd, on_entry, kept=set(inputs) | set(user), storages=cache)
+    backward_walk = walk_graph(
+        bwd, on_entry, kept=set(inputs) | set(user), storages=cache, arriving=moved
+    )
     backward_peak = backward_walk.peak + ENGINE_RESERVE
     return StepPeak(
         peak=max(forward_walk.peak, backward_peak),

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
+import torch
 import torch.fx as fx
 from torch._functorch import config as functorch_config
 from torch._functorch import partitioners
@@ -93,6 +94,7 @@ def aggressive_options() -> Any:
 class Partition:
     saved_names: frozenset[str]  # the saved values' node names: equal sets, equal partitions
     peak: StepPeak
+    offloaded: frozenset[str] = frozenset()  # of those, the ones moved to the host
 
 
 class Partitioner:
@@ -117,7 +119,7 @@ class Partitioner:
         # What this torch's partitioner offers, looked up once rather than per candidate.
         self._is_opaque = _opaque_test()
         self._extract_accepts = _parameters(partitioners._extract_fwd_bwd_modules)
-        self._by_saved: dict[frozenset[str], Partition] = {}
+        self._by_saved: dict[tuple[frozenset[str], frozenset[str] | None], Partition] = {}
         self.fast, self.check = fast or check, check
         self._split = JointSplit(self.joint_module, self.num_fwd_outputs) if self.fast else None
         self._storages: dict[fx.Node, dict[int, int]] = {}  # per node, across the candidates
@@ -169,22 +171,53 @@ class Partitioner:
         found = storages_of([*saved_values, *self._user_outputs])
         return sum(nbytes for key, nbytes in found.items() if key not in self._input_keys)
 
-    def predict(self, recomputed: Sequence[fx.Node], budget: int | None) -> StepPeak | None:
-        """The step peak of the plan recomputing ``recomputed``; None, without the split, when
-        its lower bound is already above ``budget`` (it cannot fit)."""
+    def predict(
+        self, recomputed: Sequence[fx.Node], budget: int | None, offload: bool = False
+    ) -> Partition | None:
+        """The partition of the plan recomputing ``recomputed`` (with ``offload``, its
+        offloadable saved values moved to the host); None, without the split, when a lower
+        bound on its peak is already above ``budget`` (it cannot fit)."""
         saved = self.saved_values(recomputed)
-        if budget is not None and self.lower_bound(saved) > budget:
-            return None
-        return self.partition_saving(saved).peak
+        if budget is not None:
+            staying = saved
+            if offload:
+                moved = set(self.offloadable(saved))
+                staying = [node for node in saved if node not in moved]
+            if self.lower_bound(staying) > budget:
+                return None
+        return self.partition_saving(saved, offload)
 
-    def partition_saving(self, saved_values: list[fx.Node]) -> Partition:
-        """The partition that saves exactly ``saved_values`` (torch's choice or a min-cut's)."""
-        key = frozenset(node.name for node in saved_values)
+    def partition_saving(self, saved_values: list[fx.Node], offload: bool = False) -> Partition:
+        """The partition that saves exactly ``saved_values`` (torch's choice or a min-cut's);
+        with ``offload``, those of them torch's activation offloading accepts (offloadable)
+        moved to the host."""
+        names = frozenset(node.name for node in saved_values)
+        moved = frozenset(n.name for n in self.offloadable(saved_values)) if offload else None
+        key = (names, moved)
         if key not in self._by_saved:
-            self._by_saved[key] = Partition(key, self._peak(saved_values))
+            peak = self._peak(saved_values, moved or frozenset())
+            self._by_saved[key] = Partition(names, peak, moved or frozenset())
         return self._by_saved[key]
 
-    def _peak(self, saved_values: list[fx.Node]) -> StepPeak:
+    def offloadable(self, saved_values: Sequence[fx.Node]) -> list[fx.Node]:
+        """The saved activations torch's enable_activation_offloading would move when tagged
+        (its can_offload: not a view, not a getitem, contiguous, not a forward output to the
+        user); the graph's inputs (parameters, the user's tensors) are never tagged."""
+        from torch._functorch._activation_offloading.activation_offloading import can_offload
+        from torch.utils._ordered_set import OrderedSet
+
+        outputs = OrderedSet([*saved_values, *self._user_outputs])
+        user = OrderedSet(self._user_outputs)
+        static = OrderedSet(self.node_info.static_lifetime_input_nodes or ())
+        return [
+            node
+            for node in saved_values
+            if node.op != "placeholder"
+            and isinstance(node.meta.get("val"), torch.Tensor)
+            and can_offload(node, outputs, user, static)
+        ]
+
+    def _peak(self, saved_values: list[fx.Node], offloaded: frozenset[str]) -> StepPeak:
         sym = [n for n in saved_values if partitioners.is_sym_node(n)]
         opaque = [n for n in saved_values if self._is_opaque(n)]
         fast = None
@@ -195,11 +228,13 @@ class Partitioner:
             self.seconds["split"] += walked - started
             if split is not None:
                 self.fast_splits += 1
-                fast = step_peak(*split, self.num_fwd_outputs, storages=self._storages)
+                fast = step_peak(
+                    *split, self.num_fwd_outputs, storages=self._storages, offloaded=offloaded
+                )
                 self.seconds["liveness"] += time.perf_counter() - walked
         if fast is not None and not self.check:
             return fast
-        exact = self._torch_peak(saved_values, sym, opaque)
+        exact = self._torch_peak(saved_values, sym, opaque, offloaded)
         if fast is not None and fast != exact:
             raise AssertionError(
                 f"remat's split predicts {fast}, torch's {exact}, saving "
@@ -208,7 +243,11 @@ class Partitioner:
         return exact
 
     def _torch_peak(
-        self, saved_values: list[fx.Node], sym: list[fx.Node], opaque: list[fx.Node]
+        self,
+        saved_values: list[fx.Node],
+        sym: list[fx.Node],
+        opaque: list[fx.Node],
+        offloaded: frozenset[str],
     ) -> StepPeak:
         tensors = [n for n in saved_values if n not in sym and n not in opaque]
         # Keyword arguments torch added over releases (2.11 lacks saved_opaque_nodes).
@@ -233,7 +272,7 @@ class Partitioner:
         backward = partitioners.reordering_to_mimic_autograd_engine(backward)
         split = time.perf_counter()
         self.seconds["split"] += split - started
-        peak = step_peak(forward, backward, self.num_fwd_outputs)
+        peak = step_peak(forward, backward, self.num_fwd_outputs, offloaded=offloaded)
         self.seconds["liveness"] += time.perf_counter() - split
         return peak
 

@@ -95,6 +95,15 @@ def node_runtimes(nodes: list[Any]) -> list[float]:
         return [float(partitioners.estimate_runtime(node)) for node in nodes]
 
 
+def _device_type(joint_graph: Any) -> str | None:
+    """The device type of the joint graph's first tensor (its activations live there)."""
+    for node in joint_graph.nodes:
+        value = node.meta.get("val")
+        if isinstance(value, torch.Tensor):
+            return value.device.type
+    return None
+
+
 class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
     """A CustomKnapsackSolver backed by remat; its uuid() keeps the AOTAutograd cache working."""
 
@@ -105,8 +114,13 @@ class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
         time_limit: float | None = None,
         memory_budget: int | float | str | None = None,
         max_candidates: int = 33,
+        offload: bool = False,
     ) -> None:
         _require_custom_knapsack_solver()
+        if not isinstance(offload, bool):
+            raise TypeError(f"offload: expected True or False, got {offload!r}")
+        if offload and memory_budget is None:
+            raise ValueError("offload: needs a memory_budget in bytes to offload for")
         if solver not in SOLVERS:
             raise ValueError(
                 f"solver: unknown solver '{solver}' (expected one of {', '.join(SOLVERS)})"
@@ -128,6 +142,11 @@ class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
         if memory_budget is not None:
             require_partitioner_internals()
         self.max_candidates = max_candidates
+        # When no plan fits on the device alone: move the saved values torch's activation
+        # offloading accepts to the host (budget.choose), on graphs of these devices (on the
+        # CPU the host is the device: the copy frees nothing).
+        self.offload = offload
+        self.offload_devices: tuple[str, ...] = ("cuda",)
         self.survey = False  # tradeoff(): predict every candidate, keep everything
         # Rule plans out by a lower bound on their peak before splitting the graph (see
         # compiled.choose); off only to check that the choice is the same without it.
@@ -191,10 +210,11 @@ class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
         try:
             choice = choose(
                 plans,
-                lambda recomputed, budget: partitioner.predict(
-                    [nodes[i] for i in recomputed], budget if self.bound_plans else None
+                lambda recomputed, budget, offload: partitioner.predict(
+                    [nodes[i] for i in recomputed], budget if self.bound_plans else None, offload
                 ),
                 None if self.survey else self.memory_budget,
+                offload=self.offload and _device_type(joint_graph) in self.offload_devices,
             )
         except BudgetTooSmall as error:
             note = _survey.mismatch(key, error.least_peak)
@@ -225,7 +245,7 @@ class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
     def uuid(self) -> str:
         key = (
             f"remat-{__version__}-{self.solver}-{self.time_limit}-{self.memory_budget}"
-            f"-{self.max_candidates}-{self.survey}"
+            f"-{self.max_candidates}-{self.survey}-{self.offload}-{self.offload_devices}"
         )
         return hashlib.sha256(key.encode()).hexdigest()
 
@@ -244,11 +264,19 @@ class use:
     The prediction follows ``aot_eager``'s order; on inductor, :func:`fit` finds the budget
     that holds as measured.
 
+    ``offload=True``: where no plan of a CUDA graph fits the budget on the device alone, the
+    least-recompute plan that fits with its saved activations moved to host memory is chosen,
+    and those saved values carry torch's offload tag (``should_offload``, applied by
+    ``torch._functorch``'s ``enable_activation_offloading``, synchronous copies). The peak is
+    predicted with them: each leaves the device after its last forward use and is back from its
+    first backward use (docs/compile.md).
+
     Args:
         solver: "exact" (the default), "sliding_hirschberg", "dp" or "greedy".
         time_limit: seconds for each knapsack solve (None: no limit).
         memory_budget: a byte budget for each compiled graph's peak (None: torch's ratio).
         max_candidates: the most plans predicted per graph.
+        offload: offload saved activations to meet budgets the device alone cannot.
 
     Returns:
         As a context manager, the installed :class:`RematKnapsackSolver`, whose ``choices``
@@ -271,18 +299,28 @@ class use:
         time_limit: float | None = None,
         memory_budget: int | float | str | None = None,
         max_candidates: int = 33,
+        offload: bool = False,
     ) -> None:
         self.knapsack_solver = RematKnapsackSolver(
             solver,
             time_limit=time_limit,
             memory_budget=memory_budget,
             max_candidates=max_candidates,
+            offload=offload,
         )
         self._previous = (
             functorch_config.activation_memory_budget_solver,
             functorch_config.activation_memory_budget,
             partitioners.choose_saved_values_set,
+            functorch_config.enable_activation_offloading,
+            functorch_config.activation_offload_separate_stream,
         )
+        if offload:
+            # Synchronous copies, placed after the last forward use and before the first
+            # backward use: the placement the prediction follows (prefetching would move the
+            # copies back earlier, by a bandwidth estimate).
+            functorch_config.enable_activation_offloading = True
+            functorch_config.activation_offload_separate_stream = False
         functorch_config.activation_memory_budget_solver = self.knapsack_solver
         # An earlier plain use(memory_budget=...) left its guard and routing ratio in place;
         # this one replaces them rather than stacking on them.
@@ -305,4 +343,6 @@ class use:
             functorch_config.activation_memory_budget_solver,
             functorch_config.activation_memory_budget,
             partitioners.choose_saved_values_set,
+            functorch_config.enable_activation_offloading,
+            functorch_config.activation_offload_separate_stream,
         ) = self._previous
