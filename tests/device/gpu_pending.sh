@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every GPU measurement the open issues wait for, in one run that fits one device call (at most
-# 10 minutes; each step has its own timeout, 570 s in all):
-#   issue 38: offloading in eager PyTorch (bench/offload.py, Llama-style d=2048 seq 2048 bf16);
+# 10 minutes; each step has its own timeout, 520 s in all, and the build about a minute):
+#   issue 38: offloading in eager PyTorch (bench/offload.py, Llama-style d=2048 seq 2048 bf16)
+#             and under torch.compile (bench/compile_offload.py);
 #   issue 36: the zoo against HF gradient checkpointing at realistic sizes (bench/zoo.py);
 #   issue 13: the third H200 run's op-level figures, first step and compile budgets, and the
 #             portability suite (tests/device/h200_run3.sh, its steps with shorter timeouts).
@@ -26,18 +27,19 @@ step() {  # step NAME SECONDS COMMAND...
   echo "$name rc=$? in $(($(date +%s) - began)) s"
 }
 
-step offload 150 python3 bench/offload.py --device cuda --layers 8 --repeats 5 --out "$out/offload"
-step zoo 130 python3 bench/zoo.py --device cuda --hidden 2048 --layers 8 --seq 2048 \
+step offload 130 python3 bench/offload.py --device cuda --layers 8 --repeats 5 --out "$out/offload"
+step compile_offload 60 python3 bench/compile_offload.py --device cuda --out "$out/compile"
+step zoo 80 python3 bench/zoo.py --device cuda --hidden 2048 --layers 8 --seq 2048 \
   --dtype bfloat16 --models llama,gpt2 --rounds 5 --out "$out/zoo"
-step ops 90 python3 bench/eager_ops.py --device cuda --repeats 5 --budgets 4 --out "$out/ops"
-step compile 90 python3 bench/compile_budget.py --device cuda --steps 5 --models "" \
+step ops 80 python3 bench/eager_ops.py --device cuda --repeats 5 --budgets 4 --out "$out/ops"
+step compile 80 python3 bench/compile_budget.py --device cuda --steps 5 --models "" \
   --inductor-models llama,gpt --out "$out/compile"
-step first 40 python3 bench/eager_first_step.py --device cuda --steps 3 --models llama \
+step first 30 python3 bench/eager_first_step.py --device cuda --steps 3 --models llama \
   --out "$out/first"
 REMAT_SKIP_TESTS="test_torch_compile test_properties test_torch_parity test_source_rules test_distributed test_build_options test_torch_versions test_torch_knapsack_cases test_zoo" \
-  timeout 70 bash tests/device/portability.sh "$out/portability.log"
+  timeout 60 bash tests/device/portability.sh "$out/portability.log"
 echo "portability rc=$?"
-for report in "$out"/offload/README_cuda.md "$out"/zoo/README_cuda.md; do
+for report in "$out"/offload/README_cuda.md "$out"/compile/offload_cuda.md "$out"/zoo/README_cuda.md; do
   echo "== $report"
   head -40 "$report" 2>/dev/null || echo "(none)"
 done
