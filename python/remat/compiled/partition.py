@@ -119,7 +119,7 @@ class Partitioner:
         # What this torch's partitioner offers, looked up once rather than per candidate.
         self._is_opaque = _opaque_test()
         self._extract_accepts = _parameters(partitioners._extract_fwd_bwd_modules)
-        self._by_saved: dict[tuple[frozenset[str], frozenset[str] | None], Partition] = {}
+        self._by_saved: dict[tuple[frozenset[str], frozenset[str]], Partition] = {}
         self.fast, self.check = fast or check, check
         self._split = JointSplit(self.joint_module, self.num_fwd_outputs) if self.fast else None
         self._storages: dict[fx.Node, dict[int, int]] = {}  # per node, across the candidates
@@ -178,25 +178,28 @@ class Partitioner:
         offloadable saved values moved to the host); None, without the split, when a lower
         bound on its peak is already above ``budget`` (it cannot fit)."""
         saved = self.saved_values(recomputed)
+        moved = self.offloadable(saved) if offload else []
         if budget is not None:
-            staying = saved
-            if offload:
-                moved = set(self.offloadable(saved))
-                staying = [node for node in saved if node not in moved]
+            staying = [node for node in saved if node not in moved]
             if self.lower_bound(staying) > budget:
                 return None
-        return self.partition_saving(saved, offload)
+        return self._partition(saved, moved)
 
     def partition_saving(self, saved_values: list[fx.Node], offload: bool = False) -> Partition:
         """The partition that saves exactly ``saved_values`` (torch's choice or a min-cut's);
         with ``offload``, those of them torch's activation offloading accepts (offloadable)
         moved to the host."""
+        return self._partition(saved_values, self.offloadable(saved_values) if offload else [])
+
+    def _partition(self, saved_values: list[fx.Node], moved: list[fx.Node]) -> Partition:
+        # Keyed by what moves, not by whether offloading was asked: a plan with nothing
+        # offloadable is the same partition either way, predicted once.
         names = frozenset(node.name for node in saved_values)
-        moved = frozenset(n.name for n in self.offloadable(saved_values)) if offload else None
-        key = (names, moved)
+        offloaded = frozenset(node.name for node in moved)
+        key = (names, offloaded)
         if key not in self._by_saved:
-            peak = self._peak(saved_values, moved or frozenset())
-            self._by_saved[key] = Partition(names, peak, moved or frozenset())
+            peak = self._peak(saved_values, offloaded)
+            self._by_saved[key] = Partition(names, peak, offloaded)
         return self._by_saved[key]
 
     def offloadable(self, saved_values: Sequence[fx.Node]) -> list[fx.Node]:

@@ -122,9 +122,10 @@ def _shared(calls: list[RecordedCall]) -> set[Key]:
     return shared
 
 
-def _boundaries(calls: list[RecordedCall], held_outside: frozenset[Key]) -> list[_Boundary]:
+def _boundaries(
+    calls: list[RecordedCall], held_outside: frozenset[Key], shared: set[Key]
+) -> list[_Boundary]:
     inputs = [c.input_keys for c in calls]
-    shared = _shared(calls)
     taken_before: set[Key] = set()
     found = []
     for k, call in enumerate(calls):
@@ -160,7 +161,7 @@ def moved_input_positions(
 ) -> list[tuple[int, ...]]:
     """Per call: the positions, among its arguments (positional, then keyword), of the inputs an
     offload plan may move when that call runs as a region whose input moves (empty: none)."""
-    boundaries = _boundaries(calls, held_outside)
+    boundaries = _boundaries(calls, held_outside, _shared(calls))
     found: list[tuple[int, ...]] = [()]
     for k in range(1, len(calls)):
         movable = boundaries[k - 1].movable
@@ -175,7 +176,8 @@ def chain_profile(
     storages the model's code outside the blocks saved for backward in that step."""
     if not calls:
         raise ValueError("blocks: none of the blocks was called in the model's forward")
-    boundaries = _boundaries(calls, held_outside)
+    shared = _shared(calls)
+    boundaries = _boundaries(calls, held_outside, shared)
     names: dict[str, int] = {}
     layers = []
     selective_layers = []
@@ -204,7 +206,7 @@ def chain_profile(
         selective_layers.append(call.ops)
     return with_menus(
         Profile(
-            _bytes(_shared(calls)),
+            _bytes(shared),
             tuple(layers),
             region_overhead,
             max_region_layers=1,

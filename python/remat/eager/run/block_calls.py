@@ -59,30 +59,19 @@ class BlockCalls:
                 self._hand_over(step, out, None)
             return out
         self.plan = step.plan
-        if not planned.offloaded and not planned.inputs_offloaded:
-            return self._run(
-                module,
-                original,
-                args,
-                kwargs,
-                checkpointed=position in planned.regions,
-                context_fn=planned.regions.get(position),
-            )
         offloaded = None
         moved = planned.inputs_offloaded.get(position)
-        if torch.compiler.is_compiling():  # an offloaded call runs as a region (less memory)
+        eager = not torch.compiler.is_compiling()
+        if eager and position in planned.offloaded:
+            out, offloaded = self._run_offloaded(step, module, original, args, kwargs)
+        elif eager and moved is not None:
+            out, offloaded = self._run_moving_input(step, module, original, args, kwargs, moved)
+        else:  # under torch.compile's tracing an offloaded call runs as a region (less memory)
             checkpointed = position in planned.regions or position in planned.offloaded
             context_fn = planned.regions.get(position)
             out = self._run(module, original, args, kwargs, checkpointed, context_fn)
-        elif position in planned.offloaded:
-            out, offloaded = self._run_offloaded(step, module, original, args, kwargs)
-        elif moved is not None:
-            out, offloaded = self._run_moving_input(step, module, original, args, kwargs, moved)
-        else:
-            checkpointed = position in planned.regions
-            context_fn = planned.regions.get(position)
-            out = self._run(module, original, args, kwargs, checkpointed, context_fn)
-        self._hand_over(step, out, offloaded)
+        if offloaded is not None or step.pending_offload is not None:
+            self._hand_over(step, out, offloaded)
         return out
 
     def _run_moving_input(

@@ -11,7 +11,7 @@ from torch import nn
 from ...units import format_bytes, format_seconds
 from .._runtime import _PreservedState, _synchronize, _tensors, clock
 from ..blocks import Blocks, find_blocks
-from ..plan.offload import plan_offload
+from ..plan.offload import plan_with_offload
 from ..types import Plan, Profile
 from .auto import AutoCheckpoint
 
@@ -40,15 +40,10 @@ class Measurement:
 
     @property
     def least_offload_budget_bytes(self) -> int:
-        if self.profile.max_region_layers != 1 or len(self.profile.layers) < 2:
-            return self.least_budget_bytes
-        # The least peak does not depend on the bandwidth, only on what may move.
-        found = plan_offload(
-            self.profile,
-            self.no_checkpoint_bytes + self.least_budget_bytes,
-            bandwidth=1.0,
-            offloadable=[layer.offloadable for layer in self.profile.layers],
-            input_offloadable=[layer.input_offloadable for layer in self.profile.layers],
+        # As auto_checkpoint(offload=...) plans: the least peak does not depend on the
+        # bandwidth, only on what may move.
+        found = plan_with_offload(
+            self.profile, self.no_checkpoint_bytes, bandwidth=1.0, host_budget=None
         )
         return min(self.least_budget_bytes, found.minimum_budget_bytes)
 

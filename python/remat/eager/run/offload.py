@@ -271,7 +271,7 @@ class OffloadedCall:
             # A storage held elsewhere stays on the device anyway, and something may still
             # change it in place: its saved tensors keep their aliases, whose versions unpacking
             # checks. The others have no reference left but offloading's.
-            if not any(packed.stored is stored for stored in held):
+            if packed.stored not in held:
                 packed.alias = None
         self._packed = []
         for stored in self._moved:
