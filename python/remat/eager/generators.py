@@ -13,7 +13,9 @@ Here:
 
 A module's generators are its attributes that are generators, and those its calls were seen
 passing to ops while measured (a generator given as an argument, or reached through a global).
-One reached only through a global and never seen while measured is not known.
+One reached only through a global and never seen while measured is not known. The first step
+measures a block inside the region that trains it: a generator first seen there is noted by
+that region's replay before it draws (see note_draws).
 """
 
 from __future__ import annotations
@@ -136,13 +138,20 @@ def measuring_now() -> bool:
     return bool(_OPEN)
 
 
+# The checkpoint regions whose forward runs now, innermost last: a generator first seen in it
+# (the first step measures inside the region) is replayed from its state before its first draw.
+_FORWARDS: list["GeneratorReplay"] = []
+
+
 def note_draws(modules: Sequence[nn.Module], facts: OpFacts, args: Any, kwargs: dict) -> None:
     """Called before an op with its arguments: a generator among them is recorded for `modules`
-    and noted, before it draws, by the open scopes."""
+    and noted, before it draws, by the open scopes and the regions whose forward runs."""
     for generator in generators_given(facts, args, kwargs):
         LEDGER.record(modules, generator)
         for scope in _OPEN:
             scope.note(generator)
+        for replay in _FORWARDS:
+            replay.note(generator)
 
 
 class GeneratorWatch(TorchDispatchMode):
@@ -174,10 +183,21 @@ class GeneratorReplay:
         self._generators: list[Any] = [_HOST, *ledger.of(modules)]
         self._forward: list[Any] | None = None
 
+    def note(self, generator: Any) -> None:
+        """A generator its forward draws from, seen before the draw (see note_draws)."""
+        assert self._forward is not None
+        if all(g is not generator for g in self._generators):
+            self._generators.append(generator)
+            self._forward.append(_state(generator))
+
     def run(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self._forward is None:
             self._forward = [_state(g) for g in self._generators]
-            return function(*args, **kwargs)
+            _FORWARDS.append(self)
+            try:
+                return function(*args, **kwargs)
+            finally:
+                _FORWARDS.remove(self)
         moved = []
         for generator, state in zip(self._generators, self._forward):
             current = _state(generator)

@@ -1,13 +1,18 @@
 """One call of a layer, measured: the storages autograd saves inside it, its outputs, its time.
 
-The call runs on detached copies of its inputs, so measuring holds one call's activations at a
-time; saved tensors are noted and dropped, never back-propagated.
+Two ways, one CallWatch:
+
+- measure_call runs the call on detached copies of its inputs, so measuring holds one call's
+  activations at a time; saved tensors are noted and dropped, never back-propagated;
+- auto_checkpoint's first step measures inside the checkpoint region that trains the block
+  (CallWatch around the region's forward): saved tensors are noted and handed on to the
+  checkpoint's own hooks, so the block runs once in that forward, not twice.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import torch
@@ -43,23 +48,30 @@ def saves_dropped() -> Any:
 
 class SaveRecorder:
     """While active, records the storages autograd saves (activations: not those in `excluded`,
-    nor parameters), calling `on_save` at every save. The measured graph is never
-    back-propagated; saved tensors are held until the block ends, as they would be for backward:
-    freed earlier, their memory could be reused and two of them share one storage key. They are
-    let go on exit: the hooks live in the graph and reach this object, a reference cycle through
-    C++ that Python's collector cannot see."""
+    nor parameters), calling `on_save` at every save. Saved tensors are held until the block
+    ends, as they would be for backward: freed earlier, their memory could be reused and two of
+    them share one storage key. They are let go on exit: the hooks live in the graph and reach
+    this object, a reference cycle through C++ that Python's collector cannot see.
+
+    `hand_on`: each save goes on to the saved-tensor hooks active on entry (a checkpoint's,
+    whose forward this runs in), which keep what backward needs. Otherwise the graph is never
+    back-propagated and nothing is kept for it (see _NotKept)."""
 
     def __init__(
-        self, excluded: set[tuple[str, int, int]], on_save: Callable[[], None] | None = None
+        self,
+        excluded: set[tuple[str, int, int]],
+        on_save: Callable[[], None] | None = None,
+        hand_on: bool = False,
     ) -> None:
         self.keys: set[tuple[str, int, int]] = set()
         self.casts: set[tuple[str, int, int]] = set()  # of parameters (is_parameter_cast)
         self._excluded = excluded
         self._on_save = on_save
+        self._hand_on = hand_on
         self._alive: list[torch.Tensor] = []
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _never_unpacked)
+        self._hooks: Any = None
 
-    def _pack(self, tensor: torch.Tensor) -> Any:
+    def _note(self, tensor: torch.Tensor) -> None:
         if self._on_save is not None:
             self._on_save()
         if not is_persistent(tensor, self._excluded):
@@ -67,14 +79,34 @@ class SaveRecorder:
             if is_parameter_cast(tensor):
                 self.casts.add(storage_key(tensor))
             self._alive.append(tensor)
+
+    def _pack(self, tensor: torch.Tensor) -> Any:
+        self._note(tensor)
         return _NotKept()
 
+    def _hooks_on_entry(self) -> Any:
+        if not self._hand_on:
+            return torch.autograd.graph.saved_tensors_hooks(self._pack, _never_unpacked)
+        outer = torch._C._autograd._top_saved_tensors_default_hooks(False)
+        if outer is None:  # autograd keeps the tensors itself
+            outer_pack, outer_unpack = (lambda t: t), (lambda t: t)
+        else:
+            outer_pack, outer_unpack = outer
+
+        def pack(tensor: torch.Tensor) -> Any:
+            self._note(tensor)
+            return outer_pack(tensor)
+
+        return torch.autograd.graph.saved_tensors_hooks(pack, outer_unpack)
+
     def __enter__(self) -> "SaveRecorder":
+        self._hooks = self._hooks_on_entry()
         self._hooks.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self._hooks.__exit__(*exc)
+        self._hooks = None
         self._alive.clear()
 
 
@@ -101,6 +133,71 @@ def _changes_its_input(function: Callable[..., Any]) -> ValueError:
     )
 
 
+class CallWatch:
+    """Measures one call of a layer while it runs: enter it around the call, then
+    `measurement(out, seconds)`. Records what autograd saves (see SaveRecorder; `hand_on` for a
+    call inside a checkpoint's forward) and which generators of the model's own its ops draw
+    from (GeneratorWatch, or `recorder`: a dispatch mode that notes them itself, and whose
+    note_save() is called at every save). Raises, naming the layer `name`, when the call
+    changed a tensor input in place or a Python argument."""
+
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        excluded: set[tuple[str, int, int]],
+        name: str | None = None,
+        recorder: Any = None,
+        hand_on: bool = False,
+    ) -> None:
+        self._function, self._args, self._kwargs = function, args, kwargs
+        self._excluded = excluded
+        self._name = name or layer_name(function)
+        self._states = argument_states(args, kwargs)
+        self._versions = [(t, t._version) for t in _tensors((args, kwargs))]
+        self._watch = GeneratorWatch(_modules_of(function)) if recorder is None else recorder
+        on_save = None if recorder is None else recorder.note_save
+        self._saved = SaveRecorder(excluded, on_save, hand_on)
+        self._grad = torch.enable_grad()
+
+    def __enter__(self) -> "CallWatch":
+        self._grad.__enter__()
+        self._saved.__enter__()
+        self._watch.__enter__()
+        return self
+
+    def __exit__(self, kind: Any, error: Any, traceback: Any) -> None:
+        try:
+            self._watch.__exit__(kind, error, traceback)
+        finally:
+            self._saved.__exit__(kind, error, traceback)
+            self._grad.__exit__(kind, error, traceback)
+        # Measured inputs are leaves: autograd refuses in-place ops on them.
+        if isinstance(error, RuntimeError) and "leaf Variable that requires grad" in str(error):
+            raise _changes_its_input(self._function) from error
+
+    def _activations(self, value: Any) -> frozenset[tuple[str, int, int]]:
+        tensors = [t for t in _tensors(value) if not is_persistent(t, self._excluded)]
+        keys, _ = _storage_bytes(tensors)
+        return frozenset(keys)
+
+    def measurement(self, out: Any, seconds: float) -> CallMeasurement:
+        """What the call saved and returned (`out`, kept by the caller), taking `seconds`."""
+        if any(t._version != v for t, v in self._versions):
+            raise _changes_its_input(self._function)
+        check_unchanged(self._name, self._states, argument_states(self._args, self._kwargs))
+        return CallMeasurement(
+            self._activations((self._args, self._kwargs)),
+            frozenset(self._saved.keys),
+            self._activations(out),
+            seconds,
+            None,
+            self._watch.dispatched,
+            frozenset(self._saved.casts),
+        )
+
+
 def measure_call(
     function: Callable[..., Any],
     args: tuple[Any, ...],
@@ -115,37 +212,19 @@ def measure_call(
     the least of the runs. Holds one call's activations at a time. Raises ChangesItsArgument
     (naming the layer `name`) after the first run when it changed a Python argument, before a
     repeat would change it again. `recorder`: a dispatch mode that watches the first run in
-    place of GeneratorWatch, noting the generators ops draw from itself; its note_save() is
-    called at every save (ops.measure_with_ops records the ops in the same run)."""
+    place of GeneratorWatch (see CallWatch; ops.measure_with_ops records the ops in the same
+    run)."""
     args, kwargs = _detached(args), _detached(kwargs)
-    states = argument_states(args, kwargs)
-    versions = [(t, t._version) for t in _tensors((args, kwargs))]
-
-    def activations(value: Any) -> frozenset[tuple[str, int, int]]:
-        keys, _ = _storage_bytes([t for t in _tensors(value) if not is_persistent(t, excluded)])
-        return frozenset(keys)
-
-    seconds = []
     now = clock()
     _synchronize((args, kwargs))
     start = now()
     # The first run also learns which generators of the model's own the call draws from (the
     # watch's per-op cost is left out of the time: the least of the runs counts).
-    try:
-        watch = GeneratorWatch(_modules_of(function)) if recorder is None else recorder
-        on_save = None if recorder is None else recorder.note_save
-        with torch.enable_grad(), SaveRecorder(excluded, on_save) as saved, watch:
-            out = function(*args, **kwargs)
-    except RuntimeError as error:  # measured inputs are leaves: autograd refuses in-place ops
-        if "leaf Variable that requires grad" in str(error):
-            raise _changes_its_input(function) from error
-        raise
-    if any(t._version != v for t, v in versions):
-        raise _changes_its_input(function)
-    check_unchanged(name or layer_name(function), states, argument_states(args, kwargs))
+    with CallWatch(function, args, kwargs, excluded, name, recorder) as watch:
+        out = function(*args, **kwargs)
     _synchronize(out)
-    seconds.append(now() - start)
-    input_keys, output_keys = activations((args, kwargs)), activations(out)
+    measured = watch.measurement(out, now() - start)
+    seconds = [measured.forward_seconds]
     out = _detached(out)
     for _ in range(repeats):
         start = now()
@@ -154,15 +233,7 @@ def measure_call(
         _synchronize(again)
         seconds.append(now() - start)
         del again
-    return CallMeasurement(
-        input_keys,
-        frozenset(saved.keys),
-        output_keys,
-        min(seconds),
-        out,
-        watch.dispatched,
-        frozenset(saved.casts),
-    )
+    return replace(measured, forward_seconds=min(seconds), output=out)
 
 
 def layer_name(function: Callable[..., Any]) -> str:

@@ -262,9 +262,9 @@ class ModesCache:
     ) -> float:
         """The layer's forward time as the modes are weighed against it: the least of
         `forward_seconds` and a run with no dispatch mode and no region around it. The first
-        step times a layer under the measuring mode and as a region, and on a small CPU layer
-        each adds about as much as the layer's own ops (ConvNeXt's blocks: 0.2 ms of ops timed
-        at 0.8 ms), which would make the modes look cheap next to it."""
+        step times a layer as a region under the measuring mode, which on a small CPU layer
+        adds more than the layer's own ops (ConvNeXt's blocks: 0.2 ms of ops timed at 0.8 ms),
+        and would make the modes look cheap next to it."""
         if plain_seconds is None:
             now = clock()
             _synchronize((args, kwargs))

@@ -148,9 +148,12 @@ class BlockCalls:
         checkpointed: bool,
         context_fn: Callable[[], Any] | None = None,
         note_inputs: bool = True,
+        watch: Any = None,
     ) -> Any:
         """`note_inputs`: keep the region's inputs (and their versions) until the step ends,
-        to warn when one changes in place (not for a region whose input leaves the device)."""
+        to warn when one changes in place (not for a region whose input leaves the device).
+        `watch`: a context entered around the region's forward (the first step's CallWatch),
+        not around its re-run in backward."""
         self._inside += 1
         try:
             if not checkpointed:
@@ -166,6 +169,9 @@ class BlockCalls:
                 if replay is None:
                     return original(*call_args, **call_kwargs)
                 return replay.run(original, *call_args, **call_kwargs)
+
+            if watch is not None:  # (never under torch.compile: no state to mutate in a trace)
+                region = _watching_the_forward(region, watch)
 
             # Keyword arguments travel as positional inputs: torch's checkpoint finds the devices
             # whose RNG it must preserve (dropout on CUDA) among its positional arguments only,
@@ -201,3 +207,17 @@ class BlockCalls:
                 "it out of place (x = x + block(x)); the first step runs every block as a region "
                 "unless auto_checkpoint got example_inputs="
             )
+
+
+def _watching_the_forward(region: Callable[..., Any], watch: Any) -> Callable[..., Any]:
+    """`region` with `watch` entered around its first call (the checkpoint's forward), not
+    around its re-run in backward."""
+    pending = [watch]
+
+    def watched(*inputs: Any) -> Any:
+        if not pending:
+            return region(*inputs)
+        with pending.pop():
+            return region(*inputs)
+
+    return watched

@@ -1,10 +1,9 @@
-"""auto_checkpoint's first step for a new input signature: each block call measured on its own,
-then run as a checkpoint region; at the end of the forward, the plan.
+"""auto_checkpoint's first step for a new input signature: each block call run as a checkpoint
+region and measured as it runs; at the end of the forward, the plan.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable
 
 import torch
@@ -14,9 +13,8 @@ from ... import _distributed
 from ...saved_memory import excluded_storages, has_fsdp_modules, is_persistent, storage_key
 from .._runtime import _PreservedState, _synchronize, _tensors, clock
 from ..measure.blocks import RecordedCall, chain_profile, moved_input_positions
-from ..measure.calls import measure_call
+from ..measure.calls import CallWatch
 from ..measure.chain import _region_overhead
-from ..measure.ops import measure_with_ops
 from ..plan.agree import agree_on_profile
 from ..plan.offload import plan_with_offload
 from ..plan.planner import plan_profile
@@ -47,42 +45,29 @@ class FirstStep:
         modes = step.modes
         assert modes is not None  # a measuring step
         kind = modes.kind(module, signature) if self.granularity == "op" else None
-        # At op level, a block of a new kind records its ops in the run that measures it until
-        # the modes' per-op cost is known; later blocks are measured plainly first (see
-        # ModesCache.ops_of). No timing repeat: the region run below is the second sample.
-        record = kind is not None and modes.records(kind)
-        self._inside += 1
-        try:
-            with _PreservedState([module], devices):
-                if record:
-                    measured, ops = measure_with_ops(
-                        original, args, kwargs, excluded, repeats=0, name=name
-                    )
-                else:
-                    measured = measure_call(original, args, kwargs, excluded, repeats=0, name=name)
-                    ops = None
-            measured_outputs = _output_keys(measured.output, excluded)
-            measured = dataclasses.replace(measured, output=None)  # only its keys are needed
-        finally:
-            self._inside -= 1
-        step.last_outputs = None
+        # Measured inside the region that trains it: one forward, whose saves are noted on
+        # their way to the checkpoint. Its ops are recorded apart where they could pay (see
+        # ModesCache.ops_of): a recording mode synchronizes around every op, which would
+        # leave no clean sample of the block's forward time.
+        watch = CallWatch(original, args, kwargs, excluded, name, hand_on=True)
         if devices:
             self._device = next(iter(devices))
         now = clock()
         _synchronize((args, kwargs))
         start = now()
-        out = self._run(module, original, args, kwargs, checkpointed=True)
+        out = self._run(module, original, args, kwargs, checkpointed=True, watch=watch)
         _synchronize(out)
-        seconds = min(measured.forward_seconds, now() - start)
-        measured = dataclasses.replace(measured, forward_seconds=seconds)
+        measured = watch.measurement(out, now() - start)
+        ops = None
         if kind is not None:
             self._inside += 1
             try:
                 with _PreservedState([module], devices):
-                    ops = modes.ops_of(kind, original, args, kwargs, excluded, measured, ops)
+                    ops = modes.ops_of(kind, original, args, kwargs, excluded, measured, None)
             finally:
                 self._inside -= 1
-        outputs = (measured_outputs, _output_keys(out, excluded))
+        measured_outputs = _output_keys(out, excluded)
+        outputs = (measured_outputs, measured_outputs)
         arguments = tuple(
             storage_key(a)
             if isinstance(a, torch.Tensor) and not is_persistent(a, excluded)
