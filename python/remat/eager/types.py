@@ -48,6 +48,9 @@ class OpProfile:
     # per-op cost measured on other layers, see ModesCache), so it gets no selective options.
     worth_it: bool = True
     dispatched: int = 0  # every op the recorded run dispatched, SAC's ignored ones too
+    # The layer's forward in a plain run (no dispatch mode, no region), where one was timed
+    # (see ModesCache.ops_of); a layer of the same kind takes the same.
+    plain_seconds: float | None = None
 
     @property
     def uncached_floor_seconds(self) -> float:

@@ -313,28 +313,36 @@ class ModesCache:
         excluded: set[Key],
         measured: CallMeasurement,
         recorded: "OpProfile | None",
+        time_plainly: bool = False,
     ) -> "OpProfile":
         """A layer's op profile, SAC's modes measured only where they could pay: `recorded`
         by its measuring run (measure_with_ops); else that of a layer of its kind that
         dispatched as many ops; else none worth having when the modes' per-op cost at
         FLOOR_SHARE exceeds its forward time; else recorded now, in one more run. `measured`:
-        its measuring run, with the forward time the modes are weighed against."""
+        its measuring run, with the forward time the modes are weighed against.
+        `time_plainly`: a layer of a new kind is also timed in a plain run (no mode, no
+        region), kept as the profile's plain_seconds: the first step measures a block inside
+        its region under a dispatch mode, whose per-op cost would make a whole region's re-run
+        look dearer than the ops a selective one re-runs."""
         seconds, plain = measured.forward_seconds, None
         if recorded is None:
             known = self._kinds.get(kind)
             if known is not None and known.dispatched == measured.dispatched:
                 return known
             floor = self.floor_seconds(measured.dispatched)
-            if 0 < floor < seconds:  # before recording it, weigh it against a plain run
+            if time_plainly or 0 < floor < seconds:  # weighed against a plain run
                 detached = _detached(args), _detached(kwargs)
-                plain = self._plain_forward(function, *detached, seconds, None)
-            if floor >= (seconds if plain is None else plain):
-                found = OpProfile((), -1, worth_it=False, dispatched=measured.dispatched)
+                plain = seconds = self._plain_forward(function, *detached, seconds, None)
+            if floor >= seconds:
+                found = OpProfile(
+                    (), -1, worth_it=False, dispatched=measured.dispatched, plain_seconds=plain
+                )
                 self._kinds.setdefault(kind, found)
                 self._classes_worth[_classes_of(kind)] = False
                 return found
             recorded = record_ops(function, args, kwargs, excluded)
         found = self.complete(function, args, kwargs, recorded, seconds, plain_seconds=plain)
+        found = replace(found, plain_seconds=plain)
         self._kinds.setdefault(kind, found)
         self._classes_worth[_classes_of(kind)] = found.worth_it and found.replays
         return found

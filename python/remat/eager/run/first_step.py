@@ -4,6 +4,7 @@ region and measured as it runs; at the end of the forward, the plan.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 import torch
@@ -63,9 +64,14 @@ class FirstStep:
             self._inside += 1
             try:
                 with _PreservedState([module], devices):
-                    ops = modes.ops_of(kind, original, args, kwargs, excluded, measured, None)
+                    ops = modes.ops_of(
+                        kind, original, args, kwargs, excluded, measured, None, time_plainly=True
+                    )
             finally:
                 self._inside -= 1
+            if ops.plain_seconds is not None:  # the region run is slowed by the measuring mode
+                seconds = min(measured.forward_seconds, ops.plain_seconds)
+                measured = dataclasses.replace(measured, forward_seconds=seconds)
         measured_outputs = _output_keys(out, excluded)
         outputs = (measured_outputs, measured_outputs)
         arguments = tuple(
