@@ -22,6 +22,7 @@ import torch
 
 from ..units import format_bytes, parse_bytes
 from .budget import BudgetTooSmall
+from .solver import FITTED_TARGETS
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,7 @@ def fit(
             )
         if measured <= budget:
             torch._dynamo.reset()
+            FITTED_TARGETS.add(target)
             return Fit(memory_budget=target, budget=budget, attempts=attempts)
         # The next plan must shed at least what this one measured over the budget.
         target = min(target, predicted) - (measured - budget)

@@ -215,6 +215,7 @@ def compile_and_measure(
     torch._dynamo.reset()
     no_cache = functorch_config.patch(enable_autograd_cache=False)
     with no_cache, use(memory_budget=memory_budget, max_candidates=max_candidates) as solver:
+        solver.warn_on_inductor = False  # this step is measured
         compiled = torch.compile(_training_loss(model, loss), backend=backend)
         compiled(*args, **kwargs).backward()
         _clear_grads(model)
