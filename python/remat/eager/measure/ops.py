@@ -304,6 +304,12 @@ class ModesCache:
             return False
         return not self._dispatched or self._classes_worth.get(_classes_of(kind), False)
 
+    def known(self, kind: Any, dispatched: int) -> "OpProfile | None":
+        """The op profile of a layer of `kind` already profiled, when this call dispatched as
+        many ops: ops_of returns it without running anything."""
+        found = self._kinds.get(kind)
+        return found if found is not None and found.dispatched == dispatched else None
+
     def ops_of(
         self,
         kind: Any,
@@ -320,17 +326,17 @@ class ModesCache:
         dispatched as many ops; else none worth having when the modes' per-op cost at
         FLOOR_SHARE exceeds its forward time; else recorded now, in one more run. `measured`:
         its measuring run, with the forward time the modes are weighed against.
-        `time_plainly`: a layer of a new kind is also timed in a plain run (no mode, no
-        region), kept as the profile's plain_seconds: the first step measures a block inside
-        its region under a dispatch mode, whose per-op cost would make a whole region's re-run
-        look dearer than the ops a selective one re-runs."""
+        `time_plainly`: a layer of a new kind that could get options is timed in a plain run
+        (no mode, no region) if it was not already, kept as the profile's plain_seconds: the
+        first step measures a block inside its region under a dispatch mode, whose per-op cost
+        would make a whole region's re-run look dearer than the ops a selective one re-runs."""
         seconds, plain = measured.forward_seconds, None
         if recorded is None:
-            known = self._kinds.get(kind)
-            if known is not None and known.dispatched == measured.dispatched:
+            known = self.known(kind, measured.dispatched)
+            if known is not None:
                 return known
             floor = self.floor_seconds(measured.dispatched)
-            if time_plainly or 0 < floor < seconds:  # weighed against a plain run
+            if 0 < floor < seconds:  # before recording it, weigh it against a plain run
                 detached = _detached(args), _detached(kwargs)
                 plain = seconds = self._plain_forward(function, *detached, seconds, None)
             if floor >= seconds:
@@ -341,6 +347,9 @@ class ModesCache:
                 self._classes_worth[_classes_of(kind)] = False
                 return found
             recorded = record_ops(function, args, kwargs, excluded)
+        if time_plainly and plain is None and recorded.replays:
+            detached = _detached(args), _detached(kwargs)
+            plain = seconds = self._plain_forward(function, *detached, seconds, None)
         found = self.complete(function, args, kwargs, recorded, seconds, plain_seconds=plain)
         found = replace(found, plain_seconds=plain)
         self._kinds.setdefault(kind, found)

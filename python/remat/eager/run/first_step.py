@@ -59,8 +59,8 @@ class FirstStep:
         out = self._run(module, original, args, kwargs, checkpointed=True, watch=watch)
         _synchronize(out)
         measured = watch.measurement(out, now() - start)
-        ops = None
-        if kind is not None:
+        ops = None if kind is None else modes.known(kind, measured.dispatched)
+        if kind is not None and ops is None:
             self._inside += 1
             try:
                 with _PreservedState([module], devices):
@@ -69,9 +69,10 @@ class FirstStep:
                     )
             finally:
                 self._inside -= 1
-            if ops.plain_seconds is not None:  # the region run is slowed by the measuring mode
-                seconds = min(measured.forward_seconds, ops.plain_seconds)
-                measured = dataclasses.replace(measured, forward_seconds=seconds)
+        if ops is not None and ops.plain_seconds is not None:
+            # The region run is slowed by the measuring mode.
+            seconds = min(measured.forward_seconds, ops.plain_seconds)
+            measured = dataclasses.replace(measured, forward_seconds=seconds)
         measured_outputs = _output_keys(out, excluded)
         outputs = (measured_outputs, measured_outputs)
         arguments = tuple(
