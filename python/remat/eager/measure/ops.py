@@ -489,6 +489,23 @@ def measure_with_ops(
     return measured, _op_profile(runs, outputs)
 
 
+def op_recorder(function: Callable[..., Any], args: tuple, kwargs: dict) -> _OpRecorder | None:
+    """A recorder of a layer's ops for the run that measures it (CallWatch's `recorder`), or
+    None when the layer casts weights under autocast: it gets no selective options (see
+    _casts_weights; recorded_profile then gives the empty profile)."""
+    if _casts_weights(function, args, kwargs):
+        return None
+    return _new_recorder(function, args, kwargs)
+
+
+def recorded_profile(recorder: _OpRecorder | None, out: Any) -> OpProfile:
+    """The op profile of the run `recorder` watched, which returned `out`; SAC's modes are
+    still to be measured (ModesCache.complete)."""
+    if recorder is None:
+        return OpProfile((), -1, replays=False)
+    return _op_profile([recorder], {storage_key(t) for t in _tensors(out)})
+
+
 def measure_modes(
     function: Callable[..., Any],
     args: tuple[Any, ...],

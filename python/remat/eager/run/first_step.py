@@ -16,6 +16,7 @@ from .._runtime import _PreservedState, _synchronize, _tensors, clock
 from ..measure.blocks import RecordedCall, chain_profile, moved_input_positions
 from ..measure.calls import CallWatch
 from ..measure.chain import _region_overhead
+from ..measure.ops import op_recorder, recorded_profile
 from ..plan.agree import agree_on_profile
 from ..plan.offload import plan_with_offload
 from ..plan.planner import plan_profile
@@ -47,10 +48,13 @@ class FirstStep:
         assert modes is not None  # a measuring step
         kind = modes.kind(module, signature) if self.granularity == "op" else None
         # Measured inside the region that trains it: one forward, whose saves are noted on
-        # their way to the checkpoint. Its ops are recorded apart where they could pay (see
-        # ModesCache.ops_of): a recording mode synchronizes around every op, which would
-        # leave no clean sample of the block's forward time.
-        watch = CallWatch(original, args, kwargs, excluded, name, hand_on=True)
+        # their way to the checkpoint. At op level, a block of a new kind records its ops in
+        # that forward until the modes' per-op cost is known (see ModesCache.records); its
+        # forward time then comes from a plain run (ModesCache.ops_of, time_plainly), since
+        # the recording mode times every op.
+        record = kind is not None and modes.records(kind)
+        recorder = op_recorder(original, args, kwargs) if record else None
+        watch = CallWatch(original, args, kwargs, excluded, name, recorder, hand_on=True)
         if devices:
             self._device = next(iter(devices))
         now = clock()
@@ -59,13 +63,14 @@ class FirstStep:
         out = self._run(module, original, args, kwargs, checkpointed=True, watch=watch)
         _synchronize(out)
         measured = watch.measurement(out, now() - start)
-        ops = None if kind is None else modes.known(kind, measured.dispatched)
+        recorded = recorded_profile(recorder, out) if record else None
+        ops = None if kind is None or record else modes.known(kind, measured.dispatched)
         if kind is not None and ops is None:
             self._inside += 1
             try:
                 with _PreservedState([module], devices):
                     ops = modes.ops_of(
-                        kind, original, args, kwargs, excluded, measured, None, time_plainly=True
+                        kind, original, args, kwargs, excluded, measured, recorded, True
                     )
             finally:
                 self._inside -= 1
