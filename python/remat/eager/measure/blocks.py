@@ -36,10 +36,10 @@ class RecordedCall:
     """One block call of the measured step: which block, how it was called, what it held.
 
     Storage keys are compared only among tensors alive at the same time (an address freed and
-    reused would make two tensors one): the call's inputs with what its measured run saved and
-    returned, and across calls the real inputs and outputs, which the measuring step keeps alive
-    (every block is a checkpoint region then, holding its inputs; an output is held until the
-    next call has read its inputs)."""
+    reused would make two tensors one): the call's inputs with what it saved and returned, and
+    across calls the inputs and outputs, which the measuring step keeps alive (every block is a
+    checkpoint region then, holding its inputs; an output is held until the next call has read
+    its inputs)."""
 
     module: Any  # the nn.Module (compared by identity)
     name: str
@@ -47,7 +47,7 @@ class RecordedCall:
     input_keys: frozenset[Key]  # its real tensor inputs (activations)
     output_keys: frozenset[Key]  # its real outputs
     own_bytes: int  # saved inside it, neither an input nor an output
-    saved_outputs: frozenset[Key]  # its real outputs whose measured counterparts it saved
+    saved_outputs: frozenset[Key]  # its outputs it saved itself
     forward_seconds: float
     ops: OpProfile | None = None  # its ops, for selective checkpointing
     # The storage of each of its arguments (positional, then keyword), None where it is not an
@@ -64,32 +64,19 @@ class RecordedCall:
         name: str,
         signature: Any,
         measured: CallMeasurement,
-        outputs: tuple[list[Key | None], list[Key | None]],
         ops: OpProfile | None = None,
         input_order: tuple[Key | None, ...] = (),
     ) -> "RecordedCall":
-        """`outputs`: the storage of each returned tensor, position by position, in the measured
-        run and in the real call (None for parameters and buffers)."""
+        """The call as `measured` inside the region that ran it (its real inputs and outputs)."""
         saved = measured.saved_keys
-        own = saved - measured.input_keys - measured.output_keys
-        measured_outputs, real_outputs = outputs
-        if len(measured_outputs) == len(real_outputs):
-            saved_outputs = frozenset(
-                real
-                for seen, real in zip(measured_outputs, real_outputs)
-                if seen is not None and real is not None and seen in saved
-            )
-        else:  # outputs that differ run to run cannot be matched: count the saved ones as its own
-            own |= saved & measured.output_keys
-            saved_outputs = frozenset()
         return cls(
             module,
             name,
             signature,
             measured.input_keys,
-            frozenset(k for k in real_outputs if k is not None),
-            _bytes(own),
-            saved_outputs,
+            measured.output_keys,
+            _bytes(saved - measured.input_keys - measured.output_keys),
+            saved & measured.output_keys,
             measured.forward_seconds,
             ops,
             input_order,

@@ -478,11 +478,10 @@ def measure_with_ops(
     and `repeats` plain ones; each op's time the least of that run and `repeats` recorded
     ones. The op profile still lacks SAC's modes: ModesCache.complete measures them, once the
     caller knows the layer's forward time."""
-    if _casts_weights(function, args, kwargs):
-        measured = measure_call(function, args, kwargs, excluded, repeats, name)
-        return measured, OpProfile((), -1, replays=False)
-    first = _new_recorder(function, args, kwargs)
+    first = op_recorder(function, args, kwargs)
     measured = measure_call(function, args, kwargs, excluded, repeats, name, recorder=first)
+    if first is None:
+        return measured, recorded_profile(None, measured.output)
     outputs = {storage_key(t) for t in _tensors(measured.output)}
     args, kwargs = _detached(args), _detached(kwargs)
     runs = _recorded_runs(first, function, args, kwargs, excluded, repeats)

@@ -21,7 +21,7 @@ from ..plan.agree import agree_on_profile
 from ..plan.offload import plan_with_offload
 from ..plan.planner import plan_profile
 from ..types import Profile
-from .step import _BlockPlan, _output_keys, _Step
+from .step import _BlockPlan, _Step
 
 
 class FirstStep:
@@ -63,6 +63,9 @@ class FirstStep:
         out = self._run(module, original, args, kwargs, checkpointed=True, watch=watch)
         _synchronize(out)
         measured = watch.measurement(out, now() - start)
+        # Held through the region run, so that nothing it saved or returned could take
+        # their addresses; the op-level runs below record no keys across calls.
+        step.last_outputs = None
         recorded = recorded_profile(recorder, out) if record else None
         ops = None if kind is None or record else modes.known(kind, measured.dispatched)
         if kind is not None and ops is None:
@@ -78,8 +81,6 @@ class FirstStep:
             # The region run is slowed by the measuring mode.
             seconds = min(measured.forward_seconds, ops.plain_seconds)
             measured = dataclasses.replace(measured, forward_seconds=seconds)
-        measured_outputs = _output_keys(out, excluded)
-        outputs = (measured_outputs, measured_outputs)
         arguments = tuple(
             storage_key(a)
             if isinstance(a, torch.Tensor) and not is_persistent(a, excluded)
@@ -87,7 +88,7 @@ class FirstStep:
             for a in (*args, *kwargs.values())
         )
         step.calls.append(
-            RecordedCall.of(module, name, signature, measured, outputs, ops, input_order=arguments)
+            RecordedCall.of(module, name, signature, measured, ops, input_order=arguments)
         )
         step.last_outputs = out
         return out

@@ -10,19 +10,12 @@ from typing import Any, Callable
 
 import torch
 
-from ...saved_memory import is_persistent, storage_key
+from ...saved_memory import storage_key
 from .._runtime import _tensors
 from ..measure.blocks import RecordedCall
 from ..measure.ops import ModesCache
 from ..types import Plan
 from .offload import OffloadedCall
-
-
-def _output_keys(value: Any, excluded: set[tuple[str, int, int]]) -> list[Any]:
-    """The storage of each tensor a call returned, in the order of its output structure (None for
-    parameters and buffers): two runs of a call return the same structure, so a position names
-    the same output in both."""
-    return [None if is_persistent(t, excluded) else storage_key(t) for t in _tensors(value)]
 
 
 @dataclass
