@@ -64,3 +64,34 @@ def test_current_torch_has_the_solver_api():
 
     assert remat.torch.CustomKnapsackSolver is not None
     assert isinstance(remat.torch.RematKnapsackSolver(), remat.torch.CustomKnapsackSolver)
+
+
+class _ConfigWithoutOffloading:
+    """torch._functorch.config as a torch before activation offloading had it."""
+
+    def __init__(self, config):
+        object.__setattr__(self, "_config", config)
+
+    def __getattr__(self, name):
+        if name in ("enable_activation_offloading", "activation_offload_separate_stream"):
+            raise AttributeError(name)
+        return getattr(self._config, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._config, name, value)
+
+
+def test_a_torch_without_activation_offloading_compiles_and_refuses_only_offload(monkeypatch):
+    import torch._functorch.config as functorch_config
+
+    import remat.compiled.solver as solver
+    import remat.torch
+
+    monkeypatch.setattr(solver, "functorch_config", _ConfigWithoutOffloading(functorch_config))
+    before = functorch_config.activation_memory_budget
+    with remat.torch.use(memory_budget="1GiB"):
+        assert functorch_config.activation_memory_budget != before
+    assert functorch_config.activation_memory_budget == before
+    with pytest.raises(RuntimeError, match=r"offload=True.*enable_activation_offloading.*offload="):
+        remat.torch.use(memory_budget="1GiB", offload=True)
+    assert functorch_config.activation_memory_budget == before

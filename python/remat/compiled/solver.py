@@ -57,6 +57,23 @@ def _require_custom_knapsack_solver() -> None:
         )
 
 
+_OFFLOADING_SETTINGS = ("enable_activation_offloading", "activation_offload_separate_stream")
+
+
+def _offloading_settings() -> tuple[bool, bool]:
+    """torch._functorch's activation offloading settings, as they are; a clear error on a torch
+    without them."""
+    missing = [name for name in _OFFLOADING_SETTINGS if not hasattr(functorch_config, name)]
+    if missing:
+        raise RuntimeError(
+            f"remat.torch.use(offload=True) needs torch._functorch's activation offloading "
+            f"(torch._functorch.config.{missing[0]}), which this torch {torch.__version__} lacks. "
+            "Compile without offload=, or offload in eager PyTorch: "
+            "auto_checkpoint(..., offload='auto')."
+        )
+    return tuple(getattr(functorch_config, name) for name in _OFFLOADING_SETTINGS)
+
+
 class _torch_dispatch_enabled:
     """Undoes torch.utils._mode_utils.no_dispatch inside the block.
 
@@ -352,9 +369,9 @@ class use:
             functorch_config.activation_memory_budget_solver,
             functorch_config.activation_memory_budget,
             partitioners.choose_saved_values_set,
-            functorch_config.enable_activation_offloading,
-            functorch_config.activation_offload_separate_stream,
         )
+        # Touched only when asked for: a torch without activation offloading still plans.
+        self._previous_offloading = _offloading_settings() if offload else None
         if offload:
             # Synchronous copies, placed after the last forward use and before the first
             # backward use: the placement the prediction follows (prefetching would move the
@@ -383,6 +400,9 @@ class use:
             functorch_config.activation_memory_budget_solver,
             functorch_config.activation_memory_budget,
             partitioners.choose_saved_values_set,
-            functorch_config.enable_activation_offloading,
-            functorch_config.activation_offload_separate_stream,
         ) = self._previous
+        if self._previous_offloading is not None:
+            (
+                functorch_config.enable_activation_offloading,
+                functorch_config.activation_offload_separate_stream,
+            ) = self._previous_offloading
