@@ -8,6 +8,7 @@ stays exact; the first step must not hold more than the budget (RSS, in a subpro
 from __future__ import annotations
 
 import copy
+import dataclasses
 import gc
 import os
 import random
@@ -249,7 +250,14 @@ def _generators(model):
 # gates_kept_outside: a saved member of a block's tuple output that the next block does not take
 # is the block's own (it was dropped with the member passed on: 1/3 over the prediction).
 @pytest.mark.parametrize(
-    "shape", ["residual_outside", "shared_block", "nested_modulelists", "gates_kept_outside"]
+    "shape",
+    [
+        "residual_outside",
+        "shared_block",
+        "nested_modulelists",
+        "gates_kept_outside",
+        "dataclass_out",
+    ],
 )
 def test_measured_saved_bytes_within_prediction_and_budget(shape):
     make, inputs, kwargs = SHAPES[shape]
@@ -342,7 +350,11 @@ def test_an_int_argument_that_changes_what_a_block_saves_is_not_planned_past():
     for step in range(3):
         model.zero_grad()
         plain.zero_grad()
-        with pytest.warns(RuntimeWarning, match="int values") if step == 0 else _no_warning():
+        with (
+            pytest.warns(RuntimeWarning, match="int value 8, planned 1")
+            if step == 0
+            else _no_warning()
+        ):
             with rt.SavedTensorMeter(model) as meter:
                 model(x, 8).sum().backward()
         plain(x, 8).sum().backward()
@@ -557,10 +569,40 @@ def test_a_call_off_the_plan_falls_back_exactly_with_a_warning():
     handle = rt.auto_checkpoint(model, memory_budget=2**30)
     assert_same(train(model, (x,), {}, steps=1), train(reference, (x,), {}, steps=1))
     model.extra = reference.extra = True  # the same inputs, one block call more than planned
-    with pytest.warns(RuntimeWarning, match="does not match the plan"):
+    with pytest.warns(RuntimeWarning, match=r"does not match the plan.*\(more block calls than"):
         got = train(model, (x,), {}, steps=2)
     assert_same(got, train(reference, (x,), {}, steps=2))
     assert any("does not match" in w for w in handle.warnings)
+
+
+@dataclasses.dataclass
+class Masks:
+    causal: torch.Tensor
+    window: int
+
+
+@pytest.mark.parametrize(
+    "planned, got, said",
+    [
+        ((torch.randn(2, 3, requires_grad=True),), (torch.randn(2, 3),), "[0]: requires_grad"),
+        ((torch.randn(2, 3),), (torch.randn(4, 3),), "[0]: shape (4, 3), planned (2, 3)"),
+        ((torch.randn(2), 3), (torch.randn(2), 4), "[1]: int value 4, planned 3"),
+        ((torch.randn(2),), (torch.randn(2), 1.0), "2 items, planned 1"),
+        (({"mask": torch.ones(2)},), ({"mask": None},), "[0]['mask']: None, planned a tensor"),
+        (
+            (Masks(torch.ones(2), 4),),
+            (Masks(torch.ones(2), 8),),
+            "[0].window: int value 8, planned 4",
+        ),
+        ((Masks(torch.ones(2), 4),), ((torch.ones(2), 4),), "[0]: a tuple of 2, planned a "),
+    ],
+)
+def test_a_call_off_the_plan_is_told_where_it_differs(planned, got, said):
+    from remat.eager._runtime import _signature, signature_difference
+
+    found = signature_difference(_signature(planned, ints=True), _signature(got, ints=True), "")
+    assert said in found, found
+    assert signature_difference(_signature(got), _signature(got), "") is None
 
 
 def test_a_plan_is_not_reused_after_unfreezing_or_under_autocast():

@@ -28,14 +28,32 @@ def clock() -> Callable[[], float]:
     return time.perf_counter
 
 
-def _tensors(value: Any) -> list[torch.Tensor]:
+def _tensors(value: Any, depth: int = 0) -> list[torch.Tensor]:
+    """The tensors a value holds: in lists, tuples and dicts, and in the fields of other objects
+    (a dataclass of hidden states) as deep as _signature looks."""
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, (list, tuple)):
-        return [t for item in value for t in _tensors(item)]
+        return [t for item in value for t in _tensors(item, depth)]
     if isinstance(value, dict):
-        return [t for item in value.values() for t in _tensors(item)]
-    return []
+        return [t for item in value.values() for t in _tensors(item, depth)]
+    fields = _fields(value, depth)
+    return [t for item in fields.values() for t in _tensors(item, depth + 1)] if fields else []
+
+
+def _fields(value: Any, depth: int) -> dict[Any, Any] | None:
+    """An object's fields, where a value's tensors and signature look into them: not a module's,
+    a callable's, a plain value's, nor past _OBJECT_DEPTH."""
+    if (
+        isinstance(value, (nn.Module, int, float, complex, *_AS_VALUES))
+        or callable(value)
+        or depth >= _OBJECT_DEPTH
+    ):
+        return None
+    if dataclasses.is_dataclass(value):
+        return {f.name: getattr(value, f.name, None) for f in dataclasses.fields(value)}
+    fields = getattr(value, "__dict__", None)
+    return fields if isinstance(fields, dict) else None
 
 
 def _storage_bytes(value: Any) -> tuple[set[tuple[str, int, int]], int]:
@@ -87,15 +105,62 @@ def _signature(value: Any, depth: int = 0, ints: bool = False) -> Any:
     if isinstance(value, (int, float, complex)):
         return ("number", type(value).__qualname__)
     kind = type(value).__module__ + "." + type(value).__qualname__
-    if isinstance(value, nn.Module) or callable(value) or depth >= _OBJECT_DEPTH:
-        return ("object", kind)
-    fields = getattr(value, "__dict__", None)
-    if dataclasses.is_dataclass(value):
-        fields = {f.name: getattr(value, f.name, None) for f in dataclasses.fields(value)}
-    if not isinstance(fields, dict):
+    fields = _fields(value, depth)
+    if fields is None:
         return ("object", kind)
     items = sorted(fields.items(), key=lambda item: str(item[0]))
     return ("object", kind) + tuple((str(k), _signature(v, depth + 1, ints)) for k, v in items)
+
+
+_TENSOR_TRAITS = ("shape", "dtype", "device", "requires_grad")
+
+
+def signature_difference(planned: Any, got: Any, where: str) -> str | None:
+    """Where two _signature values first differ, in words ("mask: requires_grad False, planned
+    True"); None where they are equal."""
+    if planned == got:
+        return None
+    same_kind = isinstance(planned, tuple) and isinstance(got, tuple) and planned[:1] == got[:1]
+    kind = planned[0] if same_kind and planned else None
+    if kind == "tensor":
+        for trait, was, now in zip(_TENSOR_TRAITS, planned[1:], got[1:]):
+            if was != now:
+                return f"{where}: {trait} {now}, planned {was}"
+    elif kind == "value" and planned[1] == got[1]:
+        value = "int value " if planned[1] == "int" else ""
+        return f"{where}: {value}{got[2]!r}, planned {planned[2]!r}"
+    elif kind == "dict" or kind == "object" and planned[1] == got[1]:
+        skip = 1 if kind == "dict" else 2
+        entries = list(zip(planned[skip:], got[skip:]))
+        if len(planned) != len(got) or any(was[0] != now[0] for was, now in entries):
+            return f"{where}: other {'keys' if kind == 'dict' else 'fields'} than planned"
+        for (key, was), (_, now) in entries:
+            label = f".{key}" if kind == "object" else f"[{_kind_of(key)}]"
+            found = signature_difference(was, now, where + label)
+            if found is not None:
+                return found
+    elif kind is not None and kind not in ("value", "number", "object", "tensor", "dict"):
+        if len(planned) != len(got):
+            return f"{where}: {len(got) - 1} items, planned {len(planned) - 1}"
+        for index, (was, now) in enumerate(zip(planned[1:], got[1:])):
+            found = signature_difference(was, now, f"{where}[{index}]")
+            if found is not None:
+                return found
+    return f"{where}: {_kind_of(got)}, planned {_kind_of(planned)}"
+
+
+def _kind_of(signature: Any) -> str:
+    """A _signature value in a few words."""
+    kind = signature[0] if isinstance(signature, tuple) and signature else None
+    if kind == "value":
+        return repr(signature[2])
+    if kind in ("number", "object"):
+        return f"a {signature[1]}"
+    if kind == "tensor":
+        return "a tensor"
+    if kind == "dict":
+        return f"a dict of {len(signature) - 1}"
+    return f"a {kind} of {len(signature) - 1}" if kind else repr(signature)
 
 
 def _autocast_state() -> tuple[Any, ...]:

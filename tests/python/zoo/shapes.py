@@ -198,6 +198,39 @@ class GatesKeptOutside(nn.Module):
         return x + aux
 
 
+@dataclasses.dataclass
+class Hidden:
+    """A block's output as a dataclass (the hidden state and a running count)."""
+
+    states: torch.Tensor
+    depth: int = 0
+
+
+class DataclassBlock(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.mlp = MLPBlock(width)
+
+    def forward(self, x: torch.Tensor, depth: int) -> Hidden:
+        return Hidden(x + self.mlp(x), depth + 1)
+
+
+class DataclassOut(nn.Module):
+    """Blocks that return a dataclass holding the hidden state the next block takes, and a head
+    that saves the last one's."""
+
+    def __init__(self, width=32):
+        super().__init__()
+        self.blocks = nn.ModuleList(DataclassBlock(width) for _ in range(4))
+        self.head = nn.Linear(width, width)
+
+    def forward(self, x):
+        hidden = Hidden(x)
+        for block in self.blocks:
+            hidden = block(hidden.states, hidden.depth)
+        return self.head(hidden.states)
+
+
 class ConvBlock(nn.Module):
     def __init__(self, channels):
         super().__init__()
@@ -374,6 +407,7 @@ SHAPES = {
     "functions_between": (FunctionsBetween, lambda: (torch.randn(16, 32),), {}),
     "shared_block": (SharedBlock, lambda: (torch.randn(16, 32),), {}),
     "gates_kept_outside": (GatesKeptOutside, lambda: (torch.randn(16, 32),), {}),
+    "dataclass_out": (DataclassOut, lambda: (torch.randn(16, 32),), {}),
     "hf_decoder": (HFModel, lambda: (tokens(),), {"attention_mask": torch.zeros(4, 1, 1, 16)}),
     "nested_modulelists": (NestedStages, lambda: (torch.randn(16, 32),), {}),
     "batchnorm": (BatchNormNet, lambda: (torch.randn(4, 3, 12, 12),), {}),

@@ -4,6 +4,7 @@ step's plan says, or as a region with a warning when the call is off the plan.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 import torch
@@ -11,7 +12,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ...saved_memory import storage_key
-from .._runtime import _signature, _tensors
+from .._runtime import _signature, _tensors, signature_difference
 from ..caches import without_caches
 from ..generators import measuring_now
 from .buffers import BufferReplay
@@ -47,12 +48,16 @@ class BlockCalls:
         expected = planned.calls[position] if position < len(planned.calls) else None
         if expected is None or expected[0] is not module or expected[1] != signature:
             step.off_plan = True
+            reason = self._off_plan(expected, module, signature, len(planned.calls))
+            hint = (
+                ". An int that does not change what the block saves (a timestep, a step count) "
+                "keeps the plan when passed as a float or a tensor"
+                if re.search(r": int value -?\d+, planned -?\d+$", reason)
+                else ""
+            )
             self._warn(
-                f"block call {position} ({self._name(module)}) "
-                "does not match the plan made for these inputs (another block, other argument "
-                "shapes or int values, or more calls); it runs as its own checkpoint region. An "
-                "int that does not change what the block saves (a timestep, a step count) keeps "
-                "the plan when passed as a float or a tensor"
+                f"block call {position} ({self._name(module)}) does not match the plan made for "
+                f"these inputs ({reason}); it runs as its own checkpoint region{hint}"
             )
             out = self._run(module, original, args, kwargs, checkpointed=True)
             if step.pending_offload is not None:
@@ -73,6 +78,21 @@ class BlockCalls:
         if offloaded is not None or step.pending_offload is not None:
             self._hand_over(step, out, offloaded)
         return out
+
+    def _off_plan(
+        self, expected: Any, module: nn.Module, signature: Any, planned_calls: int
+    ) -> str:
+        """How a block call differs from the plan's call at its position, in words."""
+        if expected is None:
+            return f"more block calls than the {planned_calls} planned"
+        if expected[0] is not module:
+            return f"{self._name(expected[0])} was planned there"
+        (args_was, kwargs_was), (args_now, kwargs_now) = expected[1], signature
+        return (
+            signature_difference(args_was, args_now, "arguments")
+            or signature_difference(kwargs_was, kwargs_now, "keywords")
+            or "another call"
+        )
 
     def _run_moving_input(
         self,
