@@ -9,6 +9,7 @@ synthetic predictions, and a budget below the least prediction raises at compile
 
 from __future__ import annotations
 
+import copy
 import sys
 import warnings
 
@@ -465,6 +466,43 @@ def test_use_restores_everything_it_changed():
         partitioners.choose_saved_values_set,
     )
     assert after == before
+
+
+def test_a_use_entered_again_is_in_place_again():
+    # Its settings went in at construction only: a second `with` ran on torch's own.
+    model, x = nn.Linear(64, 64), torch.randn(32, 64, requires_grad=True)
+    tiny = rt.use(memory_budget=16)
+    for _ in range(2):
+        torch._dynamo.reset()
+        with pytest.raises(Exception, match="least predicted peak"):
+            with functorch_config.patch(enable_autograd_cache=False), tiny:
+                torch.compile(model, backend="aot_eager")(x).sum().backward()
+        assert functorch_config.activation_memory_budget_solver != tiny.knapsack_solver
+    torch._dynamo.reset()
+
+
+def test_a_graph_with_dynamic_sizes_is_planned_at_its_traced_sizes_and_said_so():
+    # A smaller last batch recompiles with a symbolic batch size: the liveness walk once
+    # crashed on it (an import torch 2.13 no longer has).
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64))
+    reference = copy.deepcopy(model)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="aot_eager")
+    full, last = torch.randn(128, 64), torch.randn(100, 64)
+    with (
+        functorch_config.patch(enable_autograd_cache=False),
+        rt.use(memory_budget="100MB") as solver,
+    ):
+        compiled(full).sum().backward()
+        with pytest.warns(UserWarning, match="dynamic sizes.*dynamic=False"):
+            compiled(last).sum().backward()
+    for batch in (full, last):
+        reference(batch).sum().backward()
+    assert len(solver.choices) == 2
+    pairs = zip(model.parameters(), reference.parameters())
+    assert all(torch.allclose(a.grad, b.grad) for a, b in pairs)
+    torch._dynamo.reset()
 
 
 def test_plain_calls_replace_each_other_instead_of_stacking():

@@ -33,9 +33,11 @@ def _hint(value: Any) -> int:
     """An int for a possibly symbolic size (dynamic shapes take their traced hint)."""
     if isinstance(value, int):
         return value
-    from torch.fx.experimental.symbolic_shapes import hint_int
+    from torch.fx.experimental import symbolic_shapes
 
-    return int(hint_int(value, fallback=4096))
+    # optimization_hint in torch 2.13, hint_int before it: neither adds a guard.
+    hint = getattr(symbolic_shapes, "optimization_hint", None) or symbolic_shapes.hint_int
+    return int(hint(value, fallback=4096))
 
 
 def _tensors(node: fx.Node) -> list[torch.Tensor]:

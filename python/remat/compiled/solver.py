@@ -127,6 +127,19 @@ def _device_type(joint_graph: Any) -> str | None:
 FITTED_TARGETS: set[int] = set()
 
 
+def _has_symbolic_sizes(joint_graph: Any) -> bool:
+    """Whether a graph's inputs have symbolic sizes (torch.compile's dynamic shapes)."""
+    for node in joint_graph.nodes:
+        value = node.meta.get("val") if node.op == "placeholder" else None
+        if (
+            isinstance(value, torch.SymInt)
+            or isinstance(value, torch.Tensor)
+            and any(isinstance(size, torch.SymInt) for size in value.shape)
+        ):
+            return True
+    return False
+
+
 def compiled_by_inductor() -> bool:
     """Whether the partitioner runs for inductor: its compile_fx is among the callers (its
     partition function is a closure there; aot_eager calls the partitioner directly)."""
@@ -198,6 +211,7 @@ class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
         # Say once that the prediction follows aot_eager's order when inductor compiles the
         # graph (off inside fit() and tradeoff(), which measure, and for a target fit() found).
         self.warn_on_inductor = True
+        self.warned_dynamic = False  # said once: a graph's plan holds at its traced sizes only
 
     def __call__(
         self,
@@ -264,6 +278,7 @@ class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
         choice.step_seconds = dict(partitioner.seconds)
         if not self.survey:
             self._warn_if_inductor()
+            self._warn_if_dynamic(joint_graph)
         note = None if self.survey else _survey.mismatch(key)
         if note and key not in self._warned_keys:
             self._warned_keys.add(key)
@@ -282,6 +297,19 @@ class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
         if self.survey:
             return list(range(len(nodes))), []
         return knapsack_answer(choice, len(nodes))
+
+    def _warn_if_dynamic(self, joint_graph: Any) -> None:
+        if self.warned_dynamic or not _has_symbolic_sizes(joint_graph):
+            return
+        self.warned_dynamic = True
+        warnings.warn(
+            "remat.torch.use(memory_budget=...): torch.compile traced this graph with dynamic "
+            "sizes (after an input's size changed, or with dynamic=True or mark_dynamic). Its "
+            "plan is predicted at the sizes it was traced with, and larger inputs go over the "
+            "budget in proportion. For a budget that holds at every size, compile with "
+            "dynamic=False: each size then gets a plan of its own",
+            stacklevel=2,
+        )
 
     def _warn_if_inductor(self) -> None:
         if not self.warn_on_inductor or self.memory_budget in FITTED_TARGETS:
@@ -365,14 +393,20 @@ class use:
             max_candidates=max_candidates,
             offload=offload,
         )
+        self._offload = offload
+        self._previous: tuple[Any, ...] | None = None
+        self._install()
+
+    def _install(self) -> None:
+        """Puts the solver in place, noting what it replaces (a plain call leaves it there)."""
         self._previous = (
             functorch_config.activation_memory_budget_solver,
             functorch_config.activation_memory_budget,
             partitioners.choose_saved_values_set,
         )
         # Touched only when asked for: a torch without activation offloading still plans.
-        self._previous_offloading = _offloading_settings() if offload else None
-        if offload:
+        self._previous_offloading = _offloading_settings() if self._offload else None
+        if self._offload:
             # Synchronous copies, placed after the last forward use and before the first
             # backward use: the placement the prediction follows (prefetching would move the
             # copies back earlier, by a bandwidth estimate).
@@ -393,14 +427,19 @@ class use:
             partitioners.choose_saved_values_set = torch_choice
 
     def __enter__(self) -> RematKnapsackSolver:
+        if self._previous is None:  # entered again after an exit: in place once more
+            self._install()
         return self.knapsack_solver
 
     def __exit__(self, *exc: object) -> None:
+        if self._previous is None:
+            return
         (
             functorch_config.activation_memory_budget_solver,
             functorch_config.activation_memory_budget,
             partitioners.choose_saved_values_set,
         ) = self._previous
+        self._previous = None
         if self._previous_offloading is not None:
             (
                 functorch_config.enable_activation_offloading,
