@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         message = f"{error.args[0]}: missing" if isinstance(error, KeyError) else str(error)
         print(f"error: {message}", file=sys.stderr)
         return 2
-    print(json.dumps({"plot": args.plot, "breakpoints": len(front.budgets)}))
+    print(json.dumps({"plot": args.plot, "breakpoints": len(front.budgets)}, separators=(",", ":")))
     return 0
 
 

@@ -27,6 +27,8 @@ void schedule_store_first(std::int64_t n, const ActionSink& sink) {
 
 void schedule_every(std::int64_t n, std::int64_t s, const ActionSink& sink) {
   if (s < 1) throw InputError("every", std::nullopt, "must be at least 1");
+  // A segment longer than the chain is the whole chain; clamped, n + s - 1 cannot overflow.
+  s = std::min(s, std::max<std::int64_t>(n, 1));
   const std::int64_t segments = (n + s - 1) / s;
   for (std::int64_t k = 1; k < segments; ++k) sink(Action::forward((k - 1) * s + 1, k * s));
   sink(Action::forward((segments - 1) * s + 1, n));

@@ -140,9 +140,10 @@ void plot_through_python(const CommonOptions& o, const std::string& image,
     limits += " --max-planner-bytes " + std::to_string(*cap);
   }
   const std::string python = python_interpreter();
-  const std::string command = shell_quote(python) + " -m remat pareto --plot " +
+  // --plot=FILE and -- before the instance: names that start with '-' stay names.
+  const std::string command = shell_quote(python) + " -m remat pareto --plot=" +
                               shell_quote(image) + " --scale " + exact_text(o.scale) + limits +
-                              " " + shell_quote(path) + " 2>" + shell_quote(errors);
+                              " -- " + shell_quote(path) + " 2>" + shell_quote(errors);
   std::cout.flush();
   const int status = std::system(command.c_str());
   if (!temporary.empty()) std::filesystem::remove(temporary);
@@ -163,8 +164,9 @@ void plot_through_python(const CommonOptions& o, const std::string& image,
   if (code == 127 || said.find("No module named") != std::string::npos) {
     throw CommandError(2, "plot: --plot draws through the remat Python package, and '" + python +
                               " -m remat' cannot run (" + (said.empty() ? "not found" : said) +
-                              "); install the package (pip install remat) or set REMAT_PYTHON "
-                              "to an interpreter that has it");
+                              "); install the package from the remat source tree (pip install ., "
+                              "docs/install.md) or set REMAT_PYTHON to an interpreter that has "
+                              "it");
   }
   throw CommandError(1, "internal: plot: '" + python + " -m remat pareto --plot' failed (exit " +
                             std::to_string(code) + (said.empty() ? "" : ": " + said) + ")");
@@ -221,8 +223,9 @@ Command add_pareto(CLI::App& app) {
   sub->add_option("--time-limit", *time_limit,
                   "Seconds; past them there is no front (exit 3), as a front is exact only "
                   "once every item is in");
-  sub->add_option("--plot", *plot,
-                  "Draw the curve to this image (.png/.svg) through the remat Python package");
+  auto* plot_option = sub->add_option(
+      "--plot", *plot,
+      "Draw the curve to this image (.png/.svg) through the remat Python package");
   add_common(sub, *common);
   return [=] {
     if (*points < 0 || *points == 1) {
@@ -231,6 +234,9 @@ Command add_pareto(CLI::App& app) {
     // Each point is a line of output: past this the request is a mistake, not a curve.
     constexpr std::int64_t kMaxPoints = 10'000'000;
     if (*points > kMaxPoints) throw InputError("points", std::nullopt, "must be at most 10^7");
+    if (plot_option->count() > 0 && plot->empty()) {
+      throw InputError("plot", std::nullopt, "needs a file name");
+    }
     if (!plot->empty()) {
       if (*points != 0) {
         throw InputError("points", std::nullopt,

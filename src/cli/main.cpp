@@ -3,6 +3,8 @@
 // unexpected. Errors are one line on stderr starting with "error:"; nothing is written to stdout on
 // failure (each command prints only after it has succeeded).
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdlib>
 #include <iostream>
 #include <new>
 #include <string>
@@ -34,6 +36,32 @@ bool is_unknown_command(const CLI::App& app, const std::string& arg) {
   return true;
 }
 
+// CLI11 clamps an integer past its type's range to the largest value (--seed 2^64 read as
+// 2^64 - 1): every integer option refuses it instead.
+CLI::Validator integer_in_range(bool is_unsigned) {
+  return CLI::Validator(
+      [is_unsigned](std::string& text) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        if (is_unsigned) {
+          std::strtoull(text.c_str(), &end, 0);
+        } else {
+          std::strtoll(text.c_str(), &end, 0);
+        }
+        return errno == ERANGE ? "out of range, got " + text : std::string();
+      },
+      "");
+}
+
+void refuse_integers_out_of_range(CLI::App& app) {
+  for (CLI::App* sub : app.get_subcommands({})) {
+    for (CLI::Option* option : sub->get_options({})) {
+      const std::string type = option->get_type_name();
+      if (type == "INT" || type == "UINT") option->check(integer_in_range(type == "UINT"));
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -54,6 +82,7 @@ int main(int argc, char** argv) {
   add(remat::cli::add_chain);
   add(remat::cli::add_estimate);
   add(remat::cli::add_eager);
+  refuse_integers_out_of_range(app);
   if (argc < 2) {
     std::cerr << "error: give a command: " << command_list(app)
               << " (remat --help describes them)\n";

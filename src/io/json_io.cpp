@@ -4,6 +4,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "remat/errors.hpp"
@@ -69,10 +70,23 @@ std::string without_exception_id(const std::string& message) {
   return printable(pos == std::string::npos ? message : message.substr(pos + 2));
 }
 
+// Whether a bad literal is NaN or Infinity in one of the spellings other JSON writers use.
+bool names_nan_or_infinity(std::string_view literal) {
+  const auto starts = [literal](std::string_view word) {
+    if (literal.size() < word.size()) return false;
+    for (std::size_t i = 0; i < word.size(); ++i) {
+      const char c = literal[i];
+      if ((c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c) != word[i]) return false;
+    }
+    return true;
+  };
+  return starts("nan") || starts("inf");
+}
+
 json parse_document(std::string_view text) {
   // nlohmann keeps the last of two equal keys; a document that says two things is refused
   // instead, naming the key, so that an edited file cannot be half read.
-  std::vector<std::vector<std::string>> keys;  // per open object, its keys so far
+  std::vector<std::unordered_set<std::string>> keys;  // per open object, its keys so far
   const json::parser_callback_t no_duplicate_keys = [&keys](int, json::parse_event_t event,
                                                             json& parsed) {
     if (event == json::parse_event_t::object_start) {
@@ -80,12 +94,10 @@ json parse_document(std::string_view text) {
     } else if (event == json::parse_event_t::object_end) {
       keys.pop_back();
     } else if (event == json::parse_event_t::key && !keys.empty()) {
-      std::vector<std::string>& seen = keys.back();
       const std::string& key = parsed.get_ref<const std::string&>();
-      if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+      if (!keys.back().insert(key).second) {
         throw InputError(printable(key), std::nullopt, "appears twice in one object");
       }
-      seen.push_back(key);
     }
     return true;
   };
@@ -94,8 +106,7 @@ json parse_document(std::string_view text) {
   } catch (const json::parse_error& e) {
     std::string detail = without_exception_id(e.what());
     const std::size_t at = e.byte > 0 ? e.byte - 1 : 0;
-    if (at < text.size() &&
-        (text[at] == 'N' || text[at] == 'I' || text[at] == 'n' || text[at] == 'i')) {
+    if (names_nan_or_infinity(text.substr(std::min(at, text.size())))) {
       detail += " (NaN and Infinity are not JSON; every value must be a finite number)";
     }
     throw InputError("input", std::nullopt, "malformed JSON: " + detail);

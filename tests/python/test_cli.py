@@ -3,6 +3,7 @@
 import itertools
 import json
 import random
+import time
 
 import pytest
 
@@ -186,6 +187,22 @@ def test_bad_input_is_one_error_line_and_exit_2(run, text, message):
     assert err.startswith("error: ")
     assert err.count("\n") == 1
     assert message in err
+
+
+@pytest.mark.parametrize("literal", ["nil", "None", "Name"])
+def test_a_bad_literal_that_is_no_nan_gets_no_nan_hint(run, literal):
+    code, _, err = run("solve", "-", stdin=f'{{"memory": [{literal}], "runtime": [1]}}')
+    assert code == 2 and "malformed JSON" in err and "NaN" not in err
+
+
+def test_an_object_of_many_keys_is_read_in_linear_time(run):
+    # Each key was looked for among the object's earlier ones: 300k keys took 118 s.
+    keys = ",".join(f'"k{i}": 0' for i in range(200_000))
+    text = f'{{"memory": [1], "runtime": [1], "max_memory": 1, {keys}}}'
+    started = time.perf_counter()
+    code, out, err = run("solve", "-", stdin=text)
+    assert code == 0, err
+    assert time.perf_counter() - started < 10
 
 
 @pytest.mark.parametrize(

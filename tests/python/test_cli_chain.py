@@ -454,3 +454,25 @@ def test_a_planner_cap_of_zero_is_refused(run, tmp_path):
             stdin='{"memory": [1], "runtime": [1], "max_memory": 1}',
         )
         assert code == 2 and "max_planner_bytes: must be at least 1 byte" in err, err
+
+
+@pytest.mark.parametrize("every", ["17", "9223372036854775807"])
+def test_a_segment_longer_than_the_chain_is_the_whole_chain(run, every):
+    # (n + s - 1) / s overflowed for s near 2^63: an internal error, exit 1.
+    result = chain(run, "--layers", "16", "--every", every)
+    whole = chain(run, "--layers", "16", "--every", "16")
+    assert (result["memory"], result["recompute"]) == (whole["memory"], whole["recompute"])
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["generate", "--family", "uncorrelated", "--n", "3", "--seed", "18446744073709551616"],
+        ["chain", "--layers", "16", "--every", "99999999999999999999"],
+        ["estimate", "--layers", "4", "--batch", "1", "--seq", "1", "--hidden", "1" + "0" * 19],
+    ],
+)
+def test_an_integer_past_its_range_is_refused_not_clamped(run, args):
+    code, out, err = run(*args)
+    assert code == 2 and out == ""
+    assert err.startswith(f"error: {args[-2]}: out of range, got {args[-1]}")

@@ -30,6 +30,18 @@ def test_cli_plot_goes_through_the_package(run, tmp_path):
     assert image.read_bytes().startswith(b"\x89PNG")
 
 
+def test_cli_plot_takes_names_that_start_with_a_dash(run, tmp_path):
+    # They reached `python -m remat` as options: an internal error, exit 1.
+    (tmp_path / "-front.json").write_text(json.dumps(INSTANCE))
+    image = tmp_path / "-front.png"
+    code, out, err = run("pareto", "--plot", str(image), "--", str(tmp_path / "-front.json"))
+    assert code == 0, err
+    assert out.startswith('{"plot":' + json.dumps(str(image)) + ',"breakpoints":')
+    assert image.read_bytes().startswith(b"\x89PNG")
+    code, out, err = run("pareto", "--plot", "", "-", stdin=json.dumps(INSTANCE))
+    assert code == 2 and out == "" and err.startswith("error: plot: needs a file name")
+
+
 def test_cli_plot_validates_input_first(run, tmp_path):
     code, out, err = run("pareto", "--plot", str(tmp_path / "x.png"), "-", stdin='{"memory": [1]}')
     assert code == 2 and out == "" and err.startswith("error: runtime: missing")
