@@ -123,3 +123,33 @@ def test_a_chain_profile_is_named(run):
         "eager profiles"
     )
     assert "remat chain --profile" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"saves_output": "false"}, r"layers\[0\].saves_output: expected true or false"),
+        ({"saved_bytes": 10.9}, r"layers\[0\].saved_bytes: expected a whole number >= 0"),
+        ({"output_bytes": "10"}, r"layers\[0\].output_bytes: expected a number, got a string"),
+        ({"forward_time": -1}, r"layers\[0\].forward_time: expected a finite number >= 0"),
+        ({"options": [{"held_bytes": 1}]}, r"layers\[0\].options\[0\].recompute_time: missing"),
+    ],
+)
+def test_profile_from_json_refuses_what_the_cli_refuses(run, change, message):
+    # It once read "false" as True, 10.9 bytes as 10 and strings as numbers.
+    data = json.loads(PROFILE.read_text())
+    data["layers"][0].update(change)
+    with pytest.raises(ValueError, match=message):
+        rt.Profile.from_json(json.dumps(data))
+    code, out, err = run("eager", "-", stdin=json.dumps(data))
+    assert code == 2 and out == ""
+
+
+def test_profile_from_json_refuses_a_key_given_twice_and_nan():
+    text = PROFILE.read_text()
+    with pytest.raises(ValueError, match="input_bytes: appears twice"):
+        rt.Profile.from_json(text.replace('"input_bytes":', '"input_bytes": 1, "input_bytes":', 1))
+    with pytest.raises(ValueError, match="NaN is not JSON"):
+        rt.Profile.from_json(text.replace('"forward_time":', '"forward_time": NaN, "x":', 1))
+    profile = rt.Profile.from_json(text)
+    assert rt.Profile.from_json(profile.to_json()) == profile

@@ -9,6 +9,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Sequence
 
+from .._validate import describe
 from .policy import context_fn
 from .table import plan_table
 
@@ -163,26 +164,96 @@ class Profile:
 
     @classmethod
     def from_json(cls, text: str) -> "Profile":
-        data = json.loads(text)
-        layers = tuple(
-            LayerProfile(
-                name=str(l.get("name", f"layer{i}")),
-                saved_bytes=int(l["saved_bytes"]),
-                output_bytes=int(l["output_bytes"]),
-                saves_output=bool(l.get("saves_output", False)),
-                forward_seconds=float(l["forward_time"]),
-                options=tuple(
-                    (int(o["held_bytes"]), float(o["recompute_time"])) for o in l.get("options", ())
-                ),
+        """A profile written by to_json (or by hand, in `remat eager`'s format), checked as the
+        CLI checks it: a wrong type, a negative or fractional byte count, NaN or a key given
+        twice raises ValueError naming the field and the layer."""
+        data = json.loads(text, object_pairs_hook=_no_key_twice, parse_constant=_no_constant)
+        if not isinstance(data, dict):
+            raise ValueError(f"profile: expected a JSON object, got {describe(data)}")
+        if not isinstance(data.get("layers"), list):
+            raise ValueError(f"layers: expected an array, got {describe(data.get('layers'))}")
+        layers = []
+        for i, layer in enumerate(data["layers"]):
+            at = f"layers[{i}]"
+            if not isinstance(layer, dict):
+                raise ValueError(f"{at}: expected an object, got {describe(layer)}")
+            name = layer.get("name", f"layer{i}")
+            if not isinstance(name, str):
+                raise ValueError(f"{at}.name: expected a string, got {describe(name)}")
+            options = layer.get("options", [])
+            if not isinstance(options, list):
+                raise ValueError(f"{at}.options: expected an array, got {describe(options)}")
+            layers.append(
+                LayerProfile(
+                    name=name,
+                    saved_bytes=_bytes(layer, "saved_bytes", at),
+                    output_bytes=_bytes(layer, "output_bytes", at),
+                    saves_output=_flag(layer, "saves_output", at),
+                    forward_seconds=_seconds(layer, "forward_time", at),
+                    options=tuple(
+                        (
+                            _bytes(option, "held_bytes", f"{at}.options[{j}]"),
+                            _seconds(option, "recompute_time", f"{at}.options[{j}]"),
+                        )
+                        for j, option in enumerate(options)
+                    ),
+                )
             )
-            for i, l in enumerate(data["layers"])
-        )
         return cls(
-            int(data["input_bytes"]),
-            layers,
-            float(data.get("region_overhead", 0.0)),
-            int(data.get("max_region_layers", 0)),
+            _bytes(data, "input_bytes", None),
+            tuple(layers),
+            _seconds(data, "region_overhead", None, default=0.0),
+            _bytes(data, "max_region_layers", None, default=0),
         )
+
+
+def _no_key_twice(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise ValueError(f"{key}: appears twice in one object")
+        found[key] = value
+    return found
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"profile: {name} is not JSON; every value must be a finite number")
+
+
+def _field(data: Any, key: str, at: str | None, default: Any) -> tuple[Any, str]:
+    where = key if at is None else f"{at}.{key}"
+    if not isinstance(data, dict):
+        raise ValueError(f"{at}: expected an object, got {describe(data)}")
+    if key not in data:
+        if default is None:
+            raise ValueError(f"{where}: missing")
+        return default, where
+    return data[key], where
+
+
+def _bytes(data: Any, key: str, at: str | None, default: int | None = None) -> int:
+    value, where = _field(data, key, at, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{where}: expected a number, got {describe(value)}")
+    if value < 0 or value != int(value):
+        raise ValueError(f"{where}: expected a whole number >= 0, got {value!r}")
+    return int(value)
+
+
+def _seconds(data: Any, key: str, at: str | None, default: float | None = None) -> float:
+    value, where = _field(data, key, at, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{where}: expected a number, got {describe(value)}")
+    if not 0 <= value < float("inf"):
+        raise ValueError(f"{where}: expected a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+def _flag(data: Any, key: str, at: str | None) -> bool:
+    value, where = _field(data, key, at, False)
+    if not isinstance(value, bool):
+        raise ValueError(f"{where}: expected true or false, got {describe(value)}")
+    return value
 
 
 # The code after the chain, written out as the empty layer the planner sees (remat eager reads
