@@ -53,6 +53,12 @@ def parse_bytes(value: int | float | str, field: str = "memory_budget") -> int:
     total = number * scale
     if total >= 2**62:
         raise ValueError(f"{field}: {value!r} is too large")
+    if isinstance(value, numbers.Real) and 0 < total < 1:  # floored: a budget of 0 bytes
+        raise ValueError(
+            f"{field}: {value!r} is less than a byte. {field} is in bytes (e.g. '6GiB'); a "
+            "fraction such as 0.5 is torch's activation_memory_budget ratio, which "
+            "remat.torch.use() keeps without a memory_budget"
+        )
     return math.floor(total)
 
 

@@ -87,6 +87,14 @@ def test_unreadable_budgets_name_the_field(bad):
         parse_bytes(bad)
 
 
+@pytest.mark.parametrize("ratio", [0.5, 0.999, numpy.float32(0.5)])
+def test_a_fraction_of_a_byte_reads_as_torch_s_ratio_mistaken_for_bytes(ratio):
+    # It was floored to a budget of 0 bytes, and the error spoke of 0 B.
+    with pytest.raises(ValueError, match="less than a byte.*activation_memory_budget ratio"):
+        parse_bytes(ratio)
+    assert parse_bytes(0.0) == 0 and parse_bytes(1.0) == 1
+
+
 def test_format_bytes():
     assert format_bytes(512) == "512 B"
     assert format_bytes(1536) == "1.5 KiB"

@@ -88,8 +88,16 @@ def _points(choice: GraphChoice) -> list[TradeoffPoint]:
 
 
 def _default_loss(output: Any) -> torch.Tensor:
+    """The sum of every output tensor that needs a gradient, in float32."""
     tensors = [t for t in torch.utils._pytree.tree_leaves(output) if isinstance(t, torch.Tensor)]
-    return sum(t.float().sum() for t in tensors if t.requires_grad)
+    training = [t.float().sum() for t in tensors if t.requires_grad]
+    if not training:
+        raise ValueError(
+            "loss: no output of the model needs a gradient (its parameters and inputs do not "
+            "require grad, or it ran under no_grad), so there is no backward pass to plan; "
+            "give example inputs and parameters that train, or a loss= that reaches them"
+        )
+    return sum(training[1:], training[0])
 
 
 def tradeoff(
@@ -117,7 +125,8 @@ def tradeoff(
         *example_inputs: its positional arguments.
         backend: torch.compile's backend.
         measure: points of the curve compiled and measured (0: none).
-        loss: turns the output into the loss (default: its mean).
+        loss: turns the output into the loss (default: the sum of its tensors that need
+            gradients).
         max_candidates: the most plans predicted per graph.
         verbose: a line on stderr per compile, with the time the rest will take.
         **example_kwargs: its keyword arguments.
