@@ -97,6 +97,22 @@ class _Saved:
         self.tensor = tensor
 
 
+_TOP_SAVE_HOOKS = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+
+
+def torch_checkpoint_packs(own_pack: Any) -> bool:
+    """Whether what autograd saves right now goes to a torch.utils.checkpoint region's hooks
+    pushed after `own_pack` (a checkpoint inside a measured block), instead of to `own_pack`."""
+    if _TOP_SAVE_HOOKS is None:
+        return False
+    top = _TOP_SAVE_HOOKS(False)
+    return (
+        top is not None
+        and top[0] is not own_pack
+        and getattr(top[0], "__module__", None) == torch_checkpoint.__name__
+    )
+
+
 def is_traced(tensor: torch.Tensor) -> bool:
     """A tensor of torch.compile's tracing (fake, or functional over fake): it has no storage."""
     from torch._subclasses.fake_tensor import is_fake

@@ -931,8 +931,41 @@ def test_measure_names_a_reentrant_checkpoint_inside_a_block():
                 x = x + layer(x)
             return x
 
-    with pytest.raises(RuntimeError, match="remat.measure: the model runs torch.utils.checkpoint"):
+    with pytest.raises(RuntimeError, match="layers.0 runs torch.utils.checkpoint inside"):
         rt.measure(Model(), torch.randn(8, 32), verbose=False)
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+@pytest.mark.parametrize("granularity", ["op", "block"])
+def test_a_block_that_checkpoints_inside_is_refused_at_the_first_step(reentrant, granularity):
+    # Its checkpoint's saves went to the checkpoint's hooks, unseen: the plan predicted the
+    # region's input alone, and a step measured 2.6 times the budget.
+    class CheckpointsInside(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mlp = MLPBlock(32)
+
+        def forward(self, x):
+            return x + torch.utils.checkpoint.checkpoint(self.mlp, x, use_reentrant=reentrant)
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList(CheckpointsInside() for _ in range(3))
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    model = Model()
+    rt.auto_checkpoint(model, memory_budget="1GiB", granularity=granularity)
+    with pytest.raises(
+        RuntimeError,
+        match=r"layers.0 runs torch.utils.checkpoint inside.*"
+        r"gradient_checkpointing_disable",
+    ):
+        model(torch.randn(8, 32, requires_grad=True)).sum().backward()
 
 
 class Tally:

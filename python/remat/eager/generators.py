@@ -29,6 +29,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
+from ..saved_memory import torch_checkpoint_packs
 from .numpy_state import NUMPY_STATE
 from .op_facts import OpFacts, facts_of, generators_given
 
@@ -161,10 +162,16 @@ class GeneratorWatch(TorchDispatchMode):
         super().__init__()
         self._modules = modules
         self.dispatched = 0  # ops seen
+        # The measuring pack hook (set by CallWatch), and whether some op's saves went to a
+        # torch.utils.checkpoint region's hooks instead (a checkpoint inside the call).
+        self.own_pack: Any = None
+        self.inner_checkpoint = False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
         kwargs = kwargs or {}
         self.dispatched += 1
+        if self.own_pack is not None and not self.inner_checkpoint:
+            self.inner_checkpoint = torch_checkpoint_packs(self.own_pack)
         note_draws(self._modules, facts_of(func), args, kwargs)
         return func(*args, **kwargs)
 

@@ -70,6 +70,7 @@ class SaveRecorder:
         self._hand_on = hand_on
         self._alive: list[torch.Tensor] = []
         self._hooks: Any = None
+        self.pack: Any = None  # the pack hook pushed, while active
 
     def _note(self, tensor: torch.Tensor) -> None:
         if self._on_save is not None:
@@ -86,7 +87,8 @@ class SaveRecorder:
 
     def _hooks_on_entry(self) -> Any:
         if not self._hand_on:
-            return torch.autograd.graph.saved_tensors_hooks(self._pack, _never_unpacked)
+            self.pack = self._pack
+            return torch.autograd.graph.saved_tensors_hooks(self.pack, _never_unpacked)
         outer = torch._C._autograd._top_saved_tensors_default_hooks(False)
         if outer is None:  # autograd keeps the tensors itself
             outer_pack, outer_unpack = (lambda t: t), (lambda t: t)
@@ -97,6 +99,7 @@ class SaveRecorder:
             self._note(tensor)
             return outer_pack(tensor)
 
+        self.pack = pack
         return torch.autograd.graph.saved_tensors_hooks(pack, outer_unpack)
 
     def __enter__(self) -> "SaveRecorder":
@@ -133,6 +136,34 @@ def _changes_its_input(function: Callable[..., Any]) -> ValueError:
     )
 
 
+def _reentrant_checkpoint_between(outputs: Any, inputs: list[torch.Tensor]) -> bool:
+    """Whether the graph from a call's outputs back to its inputs holds a reentrant
+    torch.utils.checkpoint (which runs its forward under no_grad: nothing it holds is saved)."""
+    stop = {t.grad_fn for t in inputs if t.grad_fn is not None}
+    todo = [t.grad_fn for t in _tensors(outputs) if t.grad_fn is not None]
+    seen: set[Any] = set()
+    while todo and len(seen) < 100_000:
+        node = todo.pop()
+        if node in seen or node in stop:
+            continue
+        seen.add(node)
+        if type(node).__name__ == "CheckpointFunctionBackward":
+            return True
+        todo.extend(n for n, _ in node.next_functions if n is not None)
+    return False
+
+
+def _checkpoints_inside(name: str) -> RuntimeError:
+    return RuntimeError(
+        f"remat: {name} runs torch.utils.checkpoint inside its forward (Hugging Face's "
+        "gradient_checkpointing_enable(), or the model's own code). What that checkpoint saves "
+        "and re-runs in backward is hidden from remat's measurement, so no plan could keep the "
+        "budget. Turn the model's own checkpointing off (model.gradient_checkpointing_disable() "
+        "on a Hugging Face model) and let remat choose, or pass blocks= modules that run inside "
+        "those checkpoints"
+    )
+
+
 class CallWatch:
     """Measures one call of a layer while it runs: enter it around the call, then
     `measurement(out, seconds)`. Records what autograd saves (see SaveRecorder; `hand_on` for a
@@ -164,6 +195,7 @@ class CallWatch:
     def __enter__(self) -> "CallWatch":
         self._grad.__enter__()
         self._saved.__enter__()
+        self._watch.own_pack = self._saved.pack
         self._watch.__enter__()
         return self
 
@@ -186,6 +218,10 @@ class CallWatch:
         """What the call saved and returned (`out`, kept by the caller), taking `seconds`."""
         if any(t._version != v for t, v in self._versions):
             raise _changes_its_input(self._function)
+        if self._watch.inner_checkpoint or _reentrant_checkpoint_between(
+            out, [t for t, _ in self._versions]
+        ):
+            raise _checkpoints_inside(self._name)
         check_unchanged(self._name, self._states, argument_states(self._args, self._kwargs))
         return CallMeasurement(
             self._activations((self._args, self._kwargs)),

@@ -43,7 +43,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import create_selective_checkpoint_contexts
 
-from ...saved_memory import storage_key
+from ...saved_memory import storage_key, torch_checkpoint_packs
 from .._runtime import _detached, _modules_of, _signature, _synchronize, _tensors, clock
 from ..generators import note_draws
 from ..op_facts import argument, draws_random, facts_of
@@ -71,6 +71,8 @@ class _OpRecorder(TorchDispatchMode):
         self.dispatched_at_last_save = 0
         self.keep_alive: list[Any] = []  # no address is reused while the layer runs
         self.dispatched = 0  # every op, SAC's ignored ones too
+        self.own_pack: Any = None  # as GeneratorWatch's
+        self.inner_checkpoint = False
 
     def note_save(self) -> None:
         """Called at every save (parameters' too): a re-run stops right at the last one."""
@@ -84,6 +86,8 @@ class _OpRecorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
         kwargs = kwargs or {}
         self.dispatched += 1
+        if self.own_pack is not None and not self.inner_checkpoint:
+            self.inner_checkpoint = torch_checkpoint_packs(self.own_pack)
         facts = facts_of(func)
         if facts.ignored:
             return func(*args, **kwargs)
