@@ -968,6 +968,54 @@ def test_a_block_that_checkpoints_inside_is_refused_at_the_first_step(reentrant,
         model(torch.randn(8, 32, requires_grad=True)).sum().backward()
 
 
+class SkipsItself(nn.Module):
+    """A block that may return its input untouched (LayerDrop inside the block)."""
+
+    def __init__(self):
+        super().__init__()
+        self.mlp = MLPBlock(32)
+        self.skip = False
+
+    def forward(self, x):
+        return x if self.skip else x + self.mlp(x)
+
+
+class LayerDropModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(SkipsItself() for _ in range(6))
+        self.head = nn.Linear(32, 32)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+@pytest.mark.parametrize("granularity", ["op", "block"])
+def test_a_block_that_skipped_itself_in_the_first_step_is_planned_as_its_kind(granularity):
+    # Planned as saving nothing, it ran plainly once it worked: 3.5 times the budget.
+    torch.manual_seed(0)
+    model, x = LayerDropModel(), torch.randn(16, 32)
+    measured = rt.measure(copy.deepcopy(model), x, verbose=False)
+    handle = rt.auto_checkpoint(
+        model, memory_budget=measured.least_budget_bytes, granularity=granularity
+    )
+    for layer in model.layers[1:5]:
+        layer.skip = True  # skipped in the measured step only
+    loss_of(model(x)).backward()
+    for layer in model.layers:
+        layer.skip = False
+    with rt.SavedTensorMeter(model) as meter:
+        out = model(x)
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+            loss = loss_of(out)
+        loss.backward()
+    plan = handle.plan
+    assert meter.peak_bytes <= plan.predicted_peak_bytes <= measured.least_budget_bytes, plan
+    assert len(plan.regions) == 6
+
+
 class Tally:
     """A Python object a block changes: each call counts itself and notes its input's shape."""
 

@@ -23,7 +23,7 @@ between calls cannot be re-run by a region that spans two of them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..types import Key, LayerProfile, OpProfile, Profile
@@ -156,6 +156,44 @@ def moved_input_positions(
     return found
 
 
+def _idle(call: RecordedCall) -> bool:
+    """Whether a call did no work: it saved nothing and returned one of its inputs."""
+    return not call.own_bytes and not call.saved_outputs and call.output_keys <= call.input_keys
+
+
+def _stand_ins(calls: list[RecordedCall]) -> dict[int, int]:
+    """For each idle call (see _idle): the busiest call of the same module class and signature
+    that did work, where there is one.
+
+    A block that skipped itself in the measured step (LayerDrop, stochastic depth, an early
+    exit inside the block) would otherwise be planned as saving and passing on nothing, and run
+    plainly in a later step that does not skip it: a helper's step measured 3.5 times the
+    budget. Planned as its kind's busiest block, a later skip only holds less."""
+    busiest: dict[tuple[type, Any], int] = {}
+    for k, call in enumerate(calls):
+        kind = (type(call.module), call.signature)
+        best = busiest.get(kind)
+        if not _idle(call) and (best is None or call.own_bytes > calls[best].own_bytes):
+            busiest[kind] = k
+    found = {}
+    for k, call in enumerate(calls):
+        best = busiest.get((type(call.module), call.signature))
+        if _idle(call) and best is not None:
+            found[k] = best
+    return found
+
+
+def _as_busy_as(layer: LayerProfile, model: LayerProfile) -> LayerProfile:
+    return replace(
+        layer,
+        saved_bytes=max(layer.saved_bytes, model.saved_bytes),
+        output_bytes=max(layer.output_bytes, model.output_bytes),
+        saves_output=layer.saves_output or model.saves_output,
+        forward_seconds=max(layer.forward_seconds, model.forward_seconds),
+        offloadable=layer.offloadable and model.offloadable,
+    )
+
+
 def chain_profile(
     calls: list[RecordedCall], region_overhead: float, held_outside: frozenset[Key] = frozenset()
 ) -> Profile:
@@ -191,6 +229,10 @@ def chain_profile(
             )
         )
         selective_layers.append(call.ops)
+    # An idle call's ops are not its kind's: it gets no selective options.
+    for k, model in _stand_ins(calls).items():
+        layers[k] = _as_busy_as(layers[k], layers[model])
+        selective_layers[k] = None
     return with_menus(
         Profile(
             _bytes(shared),
