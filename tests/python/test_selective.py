@@ -7,6 +7,7 @@ re-run time counts."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import sys
 import warnings
@@ -554,6 +555,52 @@ def test_blocks_compiled_one_by_one_past_the_recompile_limit_are_said_to_run_eag
         model.layers[i] = torch.compile(layer, backend="eager")
     model(torch.randn(4, 8)).sum().backward()
     assert any(f"recompile_limit = {limit}" in w for w in handle.warnings), handle.warnings
+
+
+def test_a_model_compiled_before_its_first_step_is_traced_whole_afterwards():
+    # The first step's measuring call breaks the graph inside the model's loop over its blocks,
+    # and torch.compile skipped that frame for good: later steps compiled remat's block wrapper
+    # once per block call, and past recompile_limit the blocks ran eagerly.
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    limit = torch._dynamo.config.recompile_limit
+    torch.manual_seed(0)
+    model = _LoopModel(limit + 4)
+    reference = copy.deepcopy(model)
+    x = torch.randn(8, 16)
+    reference(x).sum().backward()
+    torch._dynamo.reset()
+    counters.clear()
+    handle = remat_eager.auto_checkpoint(model, memory_budget=2**30)
+    compiled = torch.compile(model, backend="aot_eager")
+    try:
+        new_graphs = []
+        for _ in range(3):
+            before = counters["stats"]["unique_graphs"]
+            model.zero_grad(set_to_none=True)
+            compiled(x).sum().backward()
+            new_graphs.append(counters["stats"]["unique_graphs"] - before)
+        assert new_graphs[1:] == [1, 0], new_graphs  # one graph of the whole forward
+        assert not [w for w in handle.warnings if "recompile_limit" in w]
+        for a, b in zip(model.parameters(), reference.parameters()):
+            assert torch.equal(a.grad, b.grad)
+    finally:
+        handle.remove()
+        torch._dynamo.reset()
+
+
+class _LoopModel(nn.Module):
+    def __init__(self, depth: int) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(
+            nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 16)) for _ in range(depth)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = x + layer(x)
+        return x
 
 
 def test_policy_realigns_on_ops_traced_otherwise_under_torch_compile():

@@ -5,6 +5,7 @@ region and measured as it runs; at the end of the forward, the plan.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Any, Callable
 
 import torch
@@ -117,6 +118,34 @@ class FirstStep:
         if _distributed.active(self.plan_group):
             self._profiles[step.key] = (profile, calls)
         self._make_block_plan(step.plan_key, step.key, profile, calls)
+        self._let_torch_compile_trace_the_blocks_callers()
+
+    def _let_torch_compile_trace_the_blocks_callers(self) -> None:
+        """The measuring call is excluded from tracing. Compiled before the first step, a
+        model's forward that calls the blocks in a loop breaks its graph there, and torch.compile
+        then skips that frame for good: every later step ran the loop eagerly and compiled
+        remat's block wrapper once per block call, uncompiled past recompile_limit (12 blocks:
+        4 ran eagerly). With a plan made, the forwards of the modules that hold the blocks are
+        let go from dynamo's cache, so the next step traces them whole, with the plan."""
+        dynamo = sys.modules.get("torch._dynamo")  # not imported: nothing was compiled
+        reset_code = getattr(dynamo, "reset_code", None)
+        if reset_code is None:
+            return
+        blocks = {id(m) for m in self.blocks.modules}
+        if self.blocks.chain is not None:
+            blocks.add(id(self.blocks.chain))
+        named = dict(self.model.named_modules(remove_duplicate=False))
+        callers: dict[int, type] = {}
+        for name, module in named.items():
+            if id(module) in blocks:
+                parts = name.split(".") if name else []
+                for depth in range(len(parts)):  # every module above the block
+                    above = named[".".join(parts[:depth])]
+                    callers[id(type(above))] = type(above)
+        for kind in callers.values():
+            code = getattr(getattr(kind, "forward", None), "__code__", None)
+            if code is not None and kind.forward is not nn.Module.forward:
+                reset_code(code)
 
     def _make_block_plan(
         self,
