@@ -25,7 +25,7 @@ from datetime import date
 
 from remat import _core
 from remat.eager import plan_offload, plan_profile
-from remat.eager.plan.offload import parse_bandwidth
+from remat.eager.planning.offload import parse_bandwidth
 from remat.eager.types import LayerProfile, Profile
 from remat.units import format_bytes
 

@@ -7,9 +7,9 @@ on one thread, timed by the thread's CPU time. For several entries of the block'
 "recompute everything" to "cache every cacheable op") it compares:
 
 - predicted: the re-run time the chain planner is given for that entry
-  (`remat.eager.measure.menu.option_seconds`): the ops it re-runs, scaled to the block's forward
+  (`remat.eager.measuring.menu.option_seconds`): the ops it re-runs, scaled to the block's forward
   time, plus, when it keeps ops, what SAC's modes were measured to add to this block
-  (`remat.eager.measure.ops.measure_modes`);
+  (`remat.eager.measuring.ops.measure_modes`);
 - the model before it (the ops alone, plus a per-op figure for the modes measured on a chain
   of tiny ops, 6-14 us an op on this machine; `--per-op-us` sets it);
 - measured: a training step of the block (forward, backward) as a checkpoint region with that
@@ -32,11 +32,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 import models  # noqa: E402
 from remat.eager._runtime import _PreservedState, clock  # noqa: E402
-from remat.eager.measure.menu import (
+from remat.eager.measuring.menu import (
     menu,  # noqa: E402
     option_seconds,  # noqa: E402
 )
-from remat.eager.measure.ops import profile_ops  # noqa: E402
+from remat.eager.measuring.ops import profile_ops  # noqa: E402
 from remat.eager.policy import context_fn  # noqa: E402
 
 

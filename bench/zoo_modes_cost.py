@@ -29,8 +29,8 @@ zoo_bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(zoo_bench)  # type: ignore[union-attr]
 
 from remat.eager._runtime import _detached  # noqa: E402
-from remat.eager.measure.menu import time_scale  # noqa: E402
-from remat.eager.measure.ops import ModesCache  # noqa: E402
+from remat.eager.measuring.menu import time_scale  # noqa: E402
+from remat.eager.measuring.ops import ModesCache  # noqa: E402
 
 
 def blocks_of(name: str, hidden: int, args: argparse.Namespace) -> list[dict[str, float]]:

@@ -34,7 +34,7 @@ from remat.compiled import (  # noqa: E402
     survey,  # noqa: E402
 )
 from remat.compiled.liveness import walk_graph  # noqa: E402
-from remat.compiled.tradeoff import _default_loss  # noqa: E402
+from remat.compiled.tradeoff_curve import _default_loss  # noqa: E402
 from remat.units import format_bytes  # noqa: E402
 
 MODELS = {

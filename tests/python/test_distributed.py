@@ -344,7 +344,7 @@ def _selective_uneven_worker(rank, world, store, out):
 
     import remat.torch as rt
     from remat.eager import profile_layers
-    from remat.eager.plan.agree import agree_on_profile
+    from remat.eager.planning.agree import agree_on_profile
 
     _init(rank, world, store)
     base = nn.Sequential(*(WideBlock() for _ in range(4)))
@@ -602,7 +602,7 @@ def _mismatch_worker(rank, world, store, out):
         distributed.verify_same_plan([(0, rank, 0)])
     except RuntimeError as error:
         payload["mismatch"] = str(error)
-    from remat.eager.plan.agree import agree_on_profile
+    from remat.eager.planning.agree import agree_on_profile
     from remat.eager.types import LayerProfile, Profile
 
     layer = LayerProfile("block", 100, 10, False, 1e-3)

@@ -11,9 +11,9 @@ import torch
 from torch import nn
 
 import remat.torch as rt
-from remat.eager.measure import ops as measure_ops
-from remat.eager.measure.calls import CallMeasurement, measure_call
-from remat.eager.measure.menu import with_menus
+from remat.eager.measuring import ops as measure_ops
+from remat.eager.measuring.calls import CallMeasurement, measure_call
+from remat.eager.measuring.menu import with_menus
 from remat.eager.run import first_step, tuning
 from remat.eager.types import LayerProfile, Profile
 

@@ -12,7 +12,7 @@ import pytest
 
 from remat import _core
 from remat.eager import OffloadPlan, measure_bandwidth, plan_offload
-from remat.eager.plan.offload import parse_bandwidth
+from remat.eager.planning.offload import parse_bandwidth
 from remat.eager.types import LayerProfile, Profile
 
 

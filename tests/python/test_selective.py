@@ -26,9 +26,9 @@ from remat import eager as remat_eager  # noqa: E402
 from remat.eager import policy as sac_policy  # noqa: E402
 from remat.eager import table as plan_table  # noqa: E402
 from remat.eager._runtime import _PreservedState  # noqa: E402
-from remat.eager.measure import chain as measure_chain  # noqa: E402
-from remat.eager.measure import menu as measure_menu  # noqa: E402
-from remat.eager.measure import ops as measure_ops  # noqa: E402
+from remat.eager.measuring import chain as measure_chain  # noqa: E402
+from remat.eager.measuring import menu as measure_menu  # noqa: E402
+from remat.eager.measuring import ops as measure_ops  # noqa: E402
 from remat.eager.run import first_step  # noqa: E402
 from remat.saved_memory import storage_key  # noqa: E402
 
@@ -103,7 +103,7 @@ def test_menu_matches_what_sac_caches_and_reruns(name):
 def test_modes_cost_is_measured_on_the_layer_and_charged_to_selective_options(name):
     """On CPU each layer's SAC cost is measured on the layer itself; every option that keeps ops
     pays it on top of the ops it re-runs (scaled like every op time), the plain region does not."""
-    from remat.eager.measure.menu import option_seconds
+    from remat.eager.measuring.menu import option_seconds
 
     layer, h = layer_and_input(name)
     with _PreservedState([layer], {h.device}):
@@ -162,7 +162,7 @@ def test_a_layer_sac_does_not_replay_gets_no_selective_options():
     one more op) is found out while it is profiled, without an error or a warning, and is
     planned as a block: under SAC its backward would fail (an op the caching forward did not
     run) or its policy diverge from the plan."""
-    from remat.eager.measure.menu import with_menus
+    from remat.eager.measuring.menu import with_menus
     from remat.eager.types import LayerProfile, Profile
 
     layer = _EveryOtherCallDiffers()

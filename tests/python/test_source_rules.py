@@ -145,7 +145,7 @@ def test_the_circle_check_finds_a_circle():
 
 
 # eager/'s stages, lowest first: a module may import its own stage and those below it.
-STAGES = ["remat.eager.types", "remat.eager.measure", "remat.eager.plan", "remat.eager.run"]
+STAGES = ["remat.eager.types", "remat.eager.measuring", "remat.eager.planning", "remat.eager.run"]
 
 
 def stage_of(name: str) -> int:
@@ -168,12 +168,31 @@ def test_eager_stages_import_one_way():
     assert not upward, "eager/ modules importing a later stage:\n" + "\n".join(sorted(upward))
 
 
+def test_no_name_in_a_package_hides_one_of_its_modules():
+    # remat.eager.plan (a function) hid the subpackage remat.eager.plan:
+    # `import remat.eager.plan.planner as p` failed, as the docs wrote it.
+    import importlib
+    import pkgutil
+    import types
+
+    import remat
+
+    hidden = []
+    for info in pkgutil.walk_packages(remat.__path__, "remat."):
+        parent_name, _, child = info.name.rpartition(".")
+        module = importlib.import_module(info.name)
+        found = getattr(importlib.import_module(parent_name), child, None)
+        if not isinstance(found, types.ModuleType) or found is not module:
+            hidden.append(f"{info.name} (hidden by {found!r})")
+    assert not hidden, "\n".join(hidden)
+
+
 def test_the_core_modules_are_seen():
     graph = import_graph()
-    assert {"remat.eager.run.auto", "remat.eager.measure.ops", "remat.compiled.solver"} <= set(
+    assert {"remat.eager.run.auto", "remat.eager.measuring.ops", "remat.compiled.solver"} <= set(
         graph
     )
-    assert "remat.eager.types" in graph["remat.eager.measure.menu"]
+    assert "remat.eager.types" in graph["remat.eager.measuring.menu"]
 
 
 # --- size: no source file over 600 lines ---------------------------------------------------------

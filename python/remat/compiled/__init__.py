@@ -22,12 +22,12 @@ from .budget import (
     front_plans,
     knapsack_answer,
 )
-from .fit import Attempt, BudgetNotMet, Fit, fit
+from .fitting import Attempt, BudgetNotMet, Fit, fit
 from .guard import ROUTE_TO_SOLVER, guarded_choice, unguarded
 from .liveness import StepPeak, step_peak
 from .measure import measured_peak
 from .partition import Partitioner, require_partitioner_internals
-from .tradeoff import Tradeoff, TradeoffPoint, tradeoff
+from .tradeoff_curve import Tradeoff, TradeoffPoint, tradeoff
 
 __all__ = [
     "Attempt",

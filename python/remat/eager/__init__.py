@@ -20,9 +20,9 @@ at this level besides ``types`` (``_runtime``, ``generators``, ``numpy_state``, 
 """
 
 from .blocks import Blocks, find_blocks
-from .measure.chain import profile_layers
-from .plan.offload import OffloadPlan, measure_bandwidth, plan_offload
-from .plan.planner import plan_profile
+from .measuring.chain import profile_layers
+from .planning.offload import OffloadPlan, measure_bandwidth, plan_offload
+from .planning.planner import plan_profile
 from .run.auto import AutoCheckpoint, auto_checkpoint
 from .run.measurement import Measurement, measure
 from .run.sequential import checkpoint_sequential, plan, run_plan

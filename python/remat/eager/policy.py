@@ -1,6 +1,6 @@
 """The SAC policy of one menu entry: which of a layer's ops torch's selective checkpointing keeps.
 
-Measuring runs it to time SAC's modes on a layer (measure/ops.py), running to follow a plan.
+Measuring runs it to time SAC's modes on a layer (measuring/ops.py), running to follow a plan.
 """
 
 from __future__ import annotations

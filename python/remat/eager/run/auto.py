@@ -30,9 +30,9 @@ from ... import _distributed
 from ...units import parse_bytes
 from .._runtime import _PreservedState, _signature, _tensors, clock, in_backward, run_context
 from ..blocks import Blocks, find_blocks
-from ..measure.ops import ModesCache
-from ..plan.offload import OffloadSettings
-from ..plan.planner import check_planner_options
+from ..measuring.ops import ModesCache
+from ..planning.offload import OffloadSettings
+from ..planning.planner import check_planner_options
 from ..types import Plan, Profile
 from .block_calls import BlockCalls
 from .chain_mode import ChainMode

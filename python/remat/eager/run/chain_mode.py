@@ -13,7 +13,7 @@ from torch import nn
 from ... import _distributed
 from ...saved_memory import has_fsdp_modules
 from .._runtime import _signature, _tensors
-from ..plan.tune import tuning_candidates
+from ..planning.tune import tuning_candidates
 from .execution import Execution
 from .sequential import plan
 from .tuning import OnlineTuning

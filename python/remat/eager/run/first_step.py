@@ -14,13 +14,13 @@ from torch import nn
 from ... import _distributed
 from ...saved_memory import excluded_storages, has_fsdp_modules, is_persistent, storage_key
 from .._runtime import _PreservedState, _synchronize, _tensors, clock
-from ..measure.blocks import RecordedCall, chain_profile, moved_input_positions
-from ..measure.calls import CallWatch
-from ..measure.chain import _region_overhead
-from ..measure.ops import op_recorder, recorded_profile
-from ..plan.agree import agree_on_profile
-from ..plan.offload import plan_with_offload
-from ..plan.planner import plan_profile
+from ..measuring.blocks import RecordedCall, chain_profile, moved_input_positions
+from ..measuring.calls import CallWatch
+from ..measuring.chain import _region_overhead
+from ..measuring.ops import op_recorder, recorded_profile
+from ..planning.agree import agree_on_profile
+from ..planning.offload import plan_with_offload
+from ..planning.planner import plan_profile
 from ..types import Profile
 from .step import _BlockPlan, _Step
 

@@ -11,7 +11,7 @@ from torch import nn
 from ...units import format_bytes, format_seconds
 from .._runtime import _PreservedState, _synchronize, _tensors, clock
 from ..blocks import Blocks, find_blocks
-from ..plan.offload import plan_with_offload
+from ..planning.offload import plan_with_offload
 from ..types import Plan, Profile
 from .auto import AutoCheckpoint
 

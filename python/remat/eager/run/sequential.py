@@ -14,9 +14,9 @@ from torch import nn
 from ... import _distributed
 from ...units import parse_bytes
 from .._runtime import _modules_of, _signature, _tensors, run_context
-from ..measure.chain import profile_layers
-from ..plan.agree import agree_on_profile
-from ..plan.planner import check_planner_options, plan_profile
+from ..measuring.chain import profile_layers
+from ..planning.agree import agree_on_profile
+from ..planning.planner import check_planner_options, plan_profile
 from ..types import Plan, Profile
 from .execution import Execution
 from .tuning import tune_plan

@@ -12,8 +12,8 @@ import torch
 
 from ...saved_memory import storage_key
 from .._runtime import _tensors
-from ..measure.blocks import RecordedCall
-from ..measure.ops import ModesCache
+from ..measuring.blocks import RecordedCall
+from ..measuring.ops import ModesCache
 from ..types import Plan
 from .offload import OffloadedCall
 

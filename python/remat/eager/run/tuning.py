@@ -30,7 +30,7 @@ import torch
 from ... import _distributed
 from ...saved_memory import has_fsdp_modules
 from .._runtime import _detached, _modules_of, _PreservedState, _synchronize, _tensors, clock
-from ..plan.tune import _tunable, fastest, tuning_candidates
+from ..planning.tune import _tunable, fastest, tuning_candidates
 from ..types import Plan
 from .execution import Execution
 

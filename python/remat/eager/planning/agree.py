@@ -12,7 +12,7 @@ from typing import Any
 
 from ... import _distributed
 from ..._distributed import PlanGroup
-from ..measure.menu import entry_of, option_seconds, time_scale
+from ..measuring.menu import entry_of, option_seconds, time_scale
 from ..types import LayerProfile, Profile
 
 

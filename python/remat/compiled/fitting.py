@@ -122,7 +122,7 @@ def fit(
             train_step(x).backward()
         ```
     """
-    from .tradeoff import _default_loss, compile_and_measure
+    from .tradeoff_curve import _default_loss, compile_and_measure
 
     budget = parse_bytes(memory_budget)
     loss = loss or _default_loss
