@@ -538,6 +538,28 @@ def test_a_model_with_nothing_to_train_is_named_by_tradeoff_and_fit():
     torch._dynamo.reset()
 
 
+def test_tradeoff_of_a_model_with_a_graph_break_is_the_first_graph_s_unmeasured():
+    # Measuring compiled every graph at a budget read off the first one's curve: a bigger
+    # second graph raised BudgetTooSmall out of tradeoff() itself.
+    class Break(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Sequential(nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 64))
+            self.b = nn.Sequential(nn.Linear(64, 1024), nn.GELU(), nn.Linear(1024, 64))
+
+        def forward(self, x):
+            y = self.a(x)
+            torch._dynamo.graph_break()
+            return self.b(y)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the second graph partitioned
+        result = rt.tradeoff(Break(), torch.randn(128, 64), backend="aot_eager", verbose=False)
+    assert result.graphs == 2 and not result.measured
+    assert "no point is measured" in str(result)
+    torch._dynamo.reset()
+
+
 def test_plain_calls_replace_each_other_instead_of_stacking():
     from torch._functorch import partitioners
 

@@ -61,7 +61,10 @@ class Tradeoff:
                 f"{point.recomputed_ops:>5}"
             )
         if self.graphs > 1:
-            lines.append(f"({self.graphs} graphs were compiled; this is the first one's curve)")
+            lines.append(
+                f"({self.graphs} graphs were compiled (a graph break); this is the first one's "
+                "curve, and no point is measured: a step's peak holds every graph)"
+            )
         return "\n".join(lines)
 
 
@@ -175,7 +178,11 @@ def tradeoff(
         f"{len(result.points)} plans predicted in {survey_seconds:.1f} s "
         f"({first.seconds:.1f} s of it predicting), {len(curve)} on the curve"
     )
-    if measure > 0 and curve:
+    if measure > 0 and curve and result.graphs > 1:
+        # Compiled at a budget of the first graph's curve, the other graphs could not fit it,
+        # and the step measured would hold them all.
+        say(f"{result.graphs} graphs (a graph break): the curve is the first one's, unmeasured")
+    elif measure > 0 and curve:
         picks = sorted(
             {curve[round(k * (len(curve) - 1) / max(1, measure - 1))] for k in range(measure)}
         )
