@@ -83,21 +83,59 @@ bool names_nan_or_infinity(std::string_view literal) {
   return starts("nan") || starts("inf");
 }
 
+// One open object or array while parsing: where the parser is in it, and an object's keys.
+struct OpenContainer {
+  bool array = false;
+  std::size_t index = 0;  // an array's current element
+  std::string key;        // an object's current member
+  std::unordered_set<std::string> keys;
+};
+
+// The path of the member `key` of the innermost open object: layers[1].saved_bytes.
+std::string path_of(const std::vector<OpenContainer>& open, const std::string& key) {
+  std::string path;
+  for (std::size_t depth = 0; depth + 1 < open.size(); ++depth) {
+    const OpenContainer& c = open[depth];
+    if (c.array) {
+      path += "[" + std::to_string(c.index) + "]";
+    } else {
+      path += (path.empty() ? "" : ".") + printable(c.key);
+    }
+  }
+  return path + (path.empty() ? "" : ".") + printable(key);
+}
+
 json parse_document(std::string_view text) {
   // nlohmann keeps the last of two equal keys; a document that says two things is refused
-  // instead, naming the key, so that an edited file cannot be half read.
-  std::vector<std::unordered_set<std::string>> keys;  // per open object, its keys so far
-  const json::parser_callback_t no_duplicate_keys = [&keys](int, json::parse_event_t event,
-                                                            json& parsed) {
-    if (event == json::parse_event_t::object_start) {
-      keys.emplace_back();
-    } else if (event == json::parse_event_t::object_end) {
-      keys.pop_back();
-    } else if (event == json::parse_event_t::key && !keys.empty()) {
-      const std::string& key = parsed.get_ref<const std::string&>();
-      if (!keys.back().insert(key).second) {
-        throw InputError(printable(key), std::nullopt, "appears twice in one object");
-      }
+  // instead, naming the key and where it is, so that an edited file cannot be half read.
+  std::vector<OpenContainer> open;
+  const auto element_done = [&open] {
+    if (!open.empty() && open.back().array) ++open.back().index;
+  };
+  const json::parser_callback_t no_duplicate_keys = [&](int, json::parse_event_t event,
+                                                        json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start:
+        open.push_back({event == json::parse_event_t::array_start, 0, {}, {}});
+        break;
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        if (!open.empty()) open.pop_back();
+        element_done();
+        break;
+      case json::parse_event_t::key:
+        if (!open.empty()) {
+          const std::string& key = parsed.get_ref<const std::string&>();
+          if (!open.back().keys.insert(key).second) {
+            throw InputError(path_of(open, key), std::nullopt, "appears twice in one object");
+          }
+          open.back().key = key;
+        }
+        break;
+      case json::parse_event_t::value:
+        element_done();
+        break;
     }
     return true;
   };
@@ -283,17 +321,17 @@ eager::Profile read_eager_profile(std::string_view text) {
     const auto options = layer.find("options");
     if (options != layer.end()) {
       if (!options->is_array()) {
-        throw InputError("options", i, "expected an array, got " + type_name(*options));
+        throw InputError("layers", i, "options must be an array, got " + type_name(*options));
       }
-      for (const json& option : *options) {
+      const std::string where = "layers[" + std::to_string(i) + "].options";
+      for (std::size_t j = 0; j < options->size(); ++j) {
+        const json& option = (*options)[j];
         if (!option.is_object() || !option.contains("held_bytes") ||
             !option.contains("recompute_time")) {
-          throw InputError("options", i,
-                           "each option is an object with held_bytes and recompute_time");
+          throw InputError(where, j, "expected an object with held_bytes and recompute_time");
         }
-        parsed.options.push_back(
-            {byte_count(option["held_bytes"], "options", i, "held_bytes"),
-             number_at(option["recompute_time"], "options", i, "recompute_time")});
+        parsed.options.push_back({byte_count(option["held_bytes"], where, j, "held_bytes"),
+                                  number_at(option["recompute_time"], where, j, "recompute_time")});
       }
     }
     profile.layers.push_back(parsed);

@@ -86,6 +86,17 @@ def test_budget_below_the_minimum_states_it(run):
             lambda p: p.update(max_region_layers=1.5),
             "max_region_layers: must be a whole number >= 0",
         ),
+        # Once "options[3]", naming the layer as if it were the option, or no option at all.
+        (
+            lambda p: p["layers"][3].update(
+                options=[{"held_bytes": 1, "recompute_time": 0.0}, {"held_bytes": 1.5}]
+            ),
+            "layers[3].options[1]: expected an object with held_bytes and recompute_time",
+        ),
+        (
+            lambda p: p["layers"][2].update(options=[{"held_bytes": -1, "recompute_time": 0.0}]),
+            "layers[2].options[0]: held_bytes must be a whole number of bytes",
+        ),
     ],
 )
 def test_bad_profiles_name_the_field(run, mutate, message):
@@ -153,3 +164,11 @@ def test_profile_from_json_refuses_a_key_given_twice_and_nan():
         rt.Profile.from_json(text.replace('"forward_time":', '"forward_time": NaN, "x":', 1))
     profile = rt.Profile.from_json(text)
     assert rt.Profile.from_json(profile.to_json()) == profile
+
+
+def test_a_key_given_twice_is_named_with_its_place(run):
+    # "saved_bytes: appears twice", without the layer.
+    text = PROFILE.read_text().replace('"saved_bytes":', '"saved_bytes": 1, "saved_bytes":', 1)
+    code, out, err = run("eager", "-", stdin=text)
+    assert code == 2 and out == ""
+    assert err.startswith("error: layers[0].saved_bytes: appears twice in one object"), err
