@@ -11,6 +11,7 @@ import numpy as np
 
 from . import _core
 from ._validate import number, vector
+from .units import parse_bytes
 
 SOLVERS: tuple[str, ...] = tuple(_core.solvers())
 
@@ -33,9 +34,11 @@ class Result:
     path: str  # which algorithm decided: "expanding_core", "meet_in_the_middle", "table", ...
 
 
-def _planner_bytes(max_planner_bytes: int | None) -> int:
+def _planner_bytes(max_planner_bytes: int | str | None) -> int:
     if max_planner_bytes is None:
         return 0
+    if isinstance(max_planner_bytes, str):  # with a unit, as --max-planner-bytes reads it
+        max_planner_bytes = parse_bytes(max_planner_bytes, "max_planner_bytes")
     if (
         isinstance(max_planner_bytes, (bool, np.bool_))
         or not isinstance(max_planner_bytes, numbers.Integral)
@@ -56,7 +59,7 @@ def solve(
     solver: str = "exact",
     scale: float = 10000,
     time_limit: float | None = None,
-    max_planner_bytes: int | None = None,
+    max_planner_bytes: int | str | None = None,
     on_memory_limit: str = "best",
 ) -> Result:
     """Chooses which ops to save so that saved memory fits `max_memory` and saved runtime is
@@ -73,7 +76,8 @@ def solve(
         solver: "exact", "sliding_hirschberg", "dp" or "greedy".
         scale: the quantization, as torch's (10^4).
         time_limit: seconds; ``exact`` returns its best plan and a valid bound at the limit.
-        max_planner_bytes: the planner-memory cap (default: half of physical RAM).
+        max_planner_bytes: the planner-memory cap, in bytes or with a unit ("8GiB"; default:
+            half of physical RAM).
         on_memory_limit: "best" (``exact`` returns its best plan with status
             "memory_limit" at the cap) or "raise" (:class:`PlannerMemoryError`).
 
@@ -143,7 +147,7 @@ def pareto(
     max_memory: float,
     *,
     scale: float = 10000,
-    max_planner_bytes: int | None = None,
+    max_planner_bytes: int | str | None = None,
     time_limit: float | None = None,
 ) -> ParetoFront:
     """Every breakpoint of best saved runtime against budget, in one Nemhauser-Ullmann pass.
@@ -156,7 +160,8 @@ def pareto(
         runtime: each item's runtime.
         max_memory: the largest budget on the front.
         scale: the quantization, as torch's (10^4).
-        max_planner_bytes: the planner-memory cap (default: half of physical RAM).
+        max_planner_bytes: the planner-memory cap, in bytes or with a unit ("8GiB"; default:
+            half of physical RAM).
         time_limit: seconds.
 
     Returns:

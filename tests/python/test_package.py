@@ -102,9 +102,13 @@ def test_planner_caps_of_any_integer_type_and_size():
     # 2**70 went to the binding as is, which raised its own TypeError naming no field.
     assert remat.solve([1, 2], [1, 1], 2, max_planner_bytes=2**70).status == "optimal"
     assert remat.solve([1, 2], [1, 1], 2, max_planner_bytes=np.int64(2**30)).status == "optimal"
-    for bad in (0, True, 1.5, "1GB"):
+    for bad in (0, True, 1.5, "0GB"):
         with pytest.raises(ValueError, match="max_planner_bytes: must be a positive integer"):
             remat.solve([1], [1], 1, max_planner_bytes=bad)
+    # With a unit, as the CLI's --max-planner-bytes reads it (it was refused here).
+    assert remat.solve([1, 2], [1, 1], 2, max_planner_bytes="8GiB").status == "optimal"
+    with pytest.raises(ValueError, match="max_planner_bytes: cannot read 'lots'"):
+        remat.solve([1], [1], 1, max_planner_bytes="lots")
 
 
 def test_planner_memory_refusal_is_a_memory_error_naming_a_solver():
