@@ -97,7 +97,26 @@ class _Saved:
         self.tensor = tensor
 
 
+# Reads the saved-tensor hooks in force (torch 2.8 and newer): how a measurement inside a
+# checkpoint region hands each save on to the region's own hooks.
 _TOP_SAVE_HOOKS = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+
+
+def top_save_hooks() -> Any:
+    """The (pack, unpack) hooks in force, None when autograd keeps saved tensors itself."""
+    require_save_hooks()
+    return _TOP_SAVE_HOOKS(False)
+
+
+def require_save_hooks() -> None:
+    """Raises, naming the torch it needs, where torch does not report its saved-tensor hooks."""
+    if _TOP_SAVE_HOOKS is None:
+        raise RuntimeError(
+            "remat.auto_checkpoint and remat.torch.measure on blocks need a torch that reports "
+            "its saved-tensor hooks (torch._C._autograd._top_saved_tensors_default_hooks, torch "
+            f"2.8 and newer); this is torch {torch.__version__}. checkpoint_sequential, plan and "
+            "a stock nn.Sequential work on it"
+        )
 
 
 def torch_checkpoint_packs(own_pack: Any) -> bool:

@@ -95,3 +95,30 @@ def test_a_torch_without_activation_offloading_compiles_and_refuses_only_offload
     with pytest.raises(RuntimeError, match=r"offload=True.*enable_activation_offloading.*offload="):
         remat.torch.use(memory_budget="1GiB", offload=True)
     assert functorch_config.activation_memory_budget == before
+
+
+def test_a_torch_that_does_not_report_its_save_hooks_names_what_needs_them(monkeypatch):
+    # The first step hands each save on to its region's hooks, read through an API torch 2.8
+    # added; before, auto_checkpoint failed there with an AttributeError.
+    import torch
+    from torch import nn
+
+    import remat.saved_memory as saved_memory
+    import remat.torch as rt
+
+    monkeypatch.setattr(saved_memory, "_TOP_SAVE_HOOKS", None)
+    model = nn.Module()
+    model.layers = nn.ModuleList(nn.Linear(8, 8) for _ in range(3))
+    model.forward = lambda x: [x := layer(x) for layer in model.layers][-1]
+    for call in (
+        lambda: rt.auto_checkpoint(model, memory_budget="1GiB", blocks=list(model.layers)),
+        lambda: rt.measure(model, torch.randn(2, 8), blocks=list(model.layers), verbose=False),
+    ):
+        with pytest.raises(
+            RuntimeError, match=r"2.8 and newer\); this is torch .*checkpoint_sequential"
+        ):
+            call()
+    chain = nn.Sequential(*(nn.Linear(8, 8) for _ in range(3)))
+    handle = rt.auto_checkpoint(chain, memory_budget="1GiB")  # a chain: measured on its own
+    chain(torch.randn(2, 8)).sum().backward()
+    assert handle.plan is not None

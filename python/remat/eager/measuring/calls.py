@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import torch
 
-from ...saved_memory import is_parameter_cast, is_persistent, storage_key
+from ...saved_memory import is_parameter_cast, is_persistent, storage_key, top_save_hooks
 from .._runtime import _detached, _modules_of, _storage_bytes, _synchronize, _tensors, clock
 from ..generators import GeneratorWatch
 from ..mutation import argument_states, check_unchanged
@@ -89,7 +89,7 @@ class SaveRecorder:
         if not self._hand_on:
             self.pack = self._pack
             return torch.autograd.graph.saved_tensors_hooks(self.pack, _never_unpacked)
-        outer = torch._C._autograd._top_saved_tensors_default_hooks(False)
+        outer = top_save_hooks()
         if outer is None:  # autograd keeps the tensors itself
             outer_pack, outer_unpack = (lambda t: t), (lambda t: t)
         else:

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from ... import _distributed
+from ...saved_memory import require_save_hooks
 from ...units import parse_bytes
 from .._runtime import _PreservedState, _signature, _tensors, clock, in_backward, run_context
 from ..blocks import Blocks, find_blocks
@@ -69,6 +70,8 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
         offload: OffloadSettings | None = None,
     ) -> None:
         _distributed.active(plan_group)  # checks its value
+        if blocks.chain is None:  # block calls are measured inside their regions
+            require_save_hooks()
         # measure()'s handle: a chain is planned as auto_checkpoint plans it, and its step runs
         # every block as its own region, so it holds one block's activations at a time.
         self._measuring = measuring
