@@ -1016,6 +1016,60 @@ def test_a_block_that_skipped_itself_in_the_first_step_is_planned_as_its_kind(gr
     assert len(plan.regions) == 6
 
 
+class RouterBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.router = nn.Linear(32, 4)
+        self.mlp = MLPBlock(32)
+
+    def forward(self, x):
+        weights = torch.softmax(self.router(x), dim=-1)
+        return x + self.mlp(x) * weights[..., :1]
+
+
+def _record_output(module, inputs, output):
+    module.sink.append(output)
+
+
+class RecordsRouterLogits(nn.Module):
+    """As Hugging Face's MoE models with output_router_logits=True: a forward hook on each
+    router appends its logits to a list the loss reads (an auxiliary loss)."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(RouterBlock() for _ in range(4))
+        self.recorded: list[torch.Tensor] = []
+        for layer in self.layers:
+            layer.router.sink = self.recorded
+            layer.router.register_forward_hook(_record_output)
+
+    def forward(self, x):
+        self.recorded.clear()
+        for layer in self.layers:
+            x = layer(x)
+        aux = sum(logits.logsumexp(-1).mean() for logits in self.recorded)
+        return x + aux, len(self.recorded)
+
+
+def test_hooks_that_record_inside_blocks_see_the_training_runs_only():
+    # The runs that only measure a block's ops fired them too: the loss read tensors of a graph
+    # never back-propagated ("a graph built while measuring was back-propagated").
+    torch.manual_seed(0)
+    model, x = RecordsRouterLogits(), torch.randn(16, 32)
+    reference = copy.deepcopy(model)
+    measured = rt.measure(copy.deepcopy(model), x, loss_fn=lambda out: out[0].sum(), verbose=False)
+    handle = rt.auto_checkpoint(model, memory_budget=measured.least_budget_bytes)
+    for _ in range(2):
+        for m in (model, reference):
+            m.zero_grad(set_to_none=True)
+            out, recorded = m(x)
+            assert recorded == 4
+            loss_of(out).backward()
+        for a, b in zip(model.parameters(), reference.parameters()):
+            assert torch.equal(a.grad, b.grad)
+    assert handle.plan.regions
+
+
 class Tally:
     """A Python object a block changes: each call counts itself and notes its input's shape."""
 

@@ -4,12 +4,14 @@ otherwise change."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import functools
 import time
 import types
-from typing import Any, Callable, Iterable, Sequence
+from collections import OrderedDict
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -244,6 +246,24 @@ class _PreservedState:
         for device, state in zip(self._cuda, self._cuda_rng):
             torch.cuda.set_rng_state(state, device)
         self._generators.__exit__(*exc)
+
+
+@contextlib.contextmanager
+def forward_hooks_silenced(modules: Iterable[nn.Module]) -> Iterator[None]:
+    """The forward hooks and pre-hooks of `modules` and everything inside them put aside: runs
+    that only measure a block must not reach code that watches its modules. Hugging Face
+    collects router logits and attention weights with such hooks: a measuring run appended
+    tensors of a graph never back-propagated to the ones the loss uses."""
+    put_aside = []
+    for module in {id(m): m for top in modules for m in top.modules()}.values():
+        if module._forward_hooks or module._forward_pre_hooks:
+            put_aside.append((module, module._forward_hooks, module._forward_pre_hooks))
+            module._forward_hooks, module._forward_pre_hooks = OrderedDict(), OrderedDict()
+    try:
+        yield
+    finally:
+        for module, hooks, pre_hooks in put_aside:
+            module._forward_hooks, module._forward_pre_hooks = hooks, pre_hooks
 
 
 def _modules_of(function: Any) -> list[nn.Module]:

@@ -44,7 +44,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import create_selective_checkpoint_contexts
 
 from ...saved_memory import storage_key, torch_checkpoint_packs
-from .._runtime import _detached, _modules_of, _signature, _synchronize, _tensors, clock
+from .._runtime import (
+    _detached,
+    _modules_of,
+    _signature,
+    _synchronize,
+    _tensors,
+    clock,
+    forward_hooks_silenced,
+)
 from ..generators import note_draws
 from ..op_facts import argument, draws_random, facts_of
 from ..policy import _Policy
@@ -334,11 +342,29 @@ class ModesCache:
         (no mode, no region) if it was not already, kept as the profile's plain_seconds: the
         first step measures a block inside its region under a dispatch mode, whose per-op cost
         would make a whole region's re-run look dearer than the ops a selective one re-runs."""
-        seconds, plain = measured.forward_seconds, None
         if recorded is None:
             known = self.known(kind, measured.dispatched)
             if known is not None:
                 return known
+        with forward_hooks_silenced(_modules_of(function)):
+            return self._profile_ops(
+                kind, function, args, kwargs, excluded, measured, recorded, time_plainly
+            )
+
+    def _profile_ops(
+        self,
+        kind: Any,
+        function: Callable[..., Any],
+        args: tuple,
+        kwargs: dict,
+        excluded: set[Key],
+        measured: CallMeasurement,
+        recorded: "OpProfile | None",
+        time_plainly: bool,
+    ) -> "OpProfile":
+        """ops_of's runs (see there), which only measure."""
+        seconds, plain = measured.forward_seconds, None
+        if recorded is None:
             floor = self.floor_seconds(measured.dispatched)
             if 0 < floor < seconds:  # before recording it, weigh it against a plain run
                 detached = _detached(args), _detached(kwargs)
