@@ -483,6 +483,18 @@ def test_ways_the_budget_is_not_kept_are_said():
     assert _warned(record, "called while the model's forward was not running")
     assert _warned(record, "called again before the backward of its previous call")
 
+    # The usual loss pattern drops each output at once; only its graph lives on.
+    model = Encoder(chain=False)
+    handle = rt.auto_checkpoint(model, memory_budget="1GiB")
+    model(x).sum().backward()
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        first = model(x).sum()
+        second = model(x).square().sum()
+        (first + second).backward()
+    assert _warned(record, "called again before the backward of its previous call")
+    handle.remove()
+
     siamese = nn.Module()
     siamese.encoder = Encoder(chain=True)
     siamese.forward = lambda a, b: siamese.encoder(a) - siamese.encoder(b)
@@ -503,6 +515,8 @@ def test_the_budget_warnings_stay_quiet_on_ordinary_training():
             model(x).sum().backward()
         kept = model(x)  # an output kept after its backward
         kept.sum().backward()
+        model(x).sum().backward()
+        model(x).sum()  # a loss dropped without a backward: its graph is gone
         model(x).sum().backward()
         with torch.no_grad():
             model.encode(x)  # evaluation outside forward

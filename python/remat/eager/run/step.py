@@ -4,6 +4,7 @@ while the first step measures, whether the last step awaits its backward, and a 
 
 from __future__ import annotations
 
+import functools
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -92,26 +93,36 @@ class _OutsideSaves:
         self._hooks.__exit__(*exc)
 
 
+class _GraphAlive:
+    """Held by a gradient hook, which autograd keeps on the output's graph node: it lives as
+    long as the graph does (a loss computed from the output keeps it), however soon the output
+    tensor itself goes (loss = f(model(x)) drops it at once)."""
+
+    __slots__ = ("__weakref__",)
+
+
 class _PendingBackward:
-    """Whether the last step's output still awaits its backward: alive, requiring grad, and no
+    """Whether the last step's output still awaits its backward: its graph alive, and no
     gradient has reached it."""
 
     def __init__(self) -> None:
-        self._outputs: list[weakref.ref[torch.Tensor]] = []
+        self._graphs: list[weakref.ref[_GraphAlive]] = []
         self._reached = True
 
     def watch(self, output: Any) -> None:
         tensors = [t for t in _tensors(output) if t.requires_grad and t.grad_fn is not None]
-        self._outputs = [weakref.ref(t) for t in tensors]
         self._reached = not tensors
+        self._graphs = []
         for tensor in tensors:
-            tensor.register_hook(self._on_gradient)
+            alive = _GraphAlive()
+            tensor.register_hook(functools.partial(self._on_gradient, alive))
+            self._graphs.append(weakref.ref(alive))
 
-    def _on_gradient(self, grad: torch.Tensor) -> None:
+    def _on_gradient(self, _alive: _GraphAlive, grad: torch.Tensor) -> None:
         self._reached = True
 
     def waiting(self) -> bool:
-        return not self._reached and any(ref() is not None for ref in self._outputs)
+        return not self._reached and any(ref() is not None for ref in self._graphs)
 
 
 @dataclass(frozen=True)
