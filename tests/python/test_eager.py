@@ -393,8 +393,10 @@ def test_checkpoint_sequential_replans_when_a_block_is_rebuilt():
 def test_run_plan_warns_for_an_input_the_plan_was_not_made_for():
     blocks = _linear_chain()
     made = rt.plan(blocks, torch.randn(8, 64, requires_grad=True), memory_budget="1GiB")
-    with pytest.warns(RuntimeWarning, match="other shapes, dtypes or devices"):
+    with pytest.warns(RuntimeWarning, match=r"input: shape \(64, 64\), planned \(8, 64\)"):
         eager.run_plan(blocks, made, torch.randn(64, 64, requires_grad=True))
+    with pytest.warns(RuntimeWarning, match="input: requires_grad False, planned True"):
+        eager.run_plan(blocks, made, torch.randn(8, 64))
 
 
 @pytest.mark.parametrize(

@@ -265,7 +265,7 @@ def test_offload_settings_are_checked_where_they_are_given():
     model = Net()
     with pytest.raises(ValueError, match="offload: expected False, 'auto' or True"):
         rt.auto_checkpoint(model, memory_budget="1GiB", offload="yes")
-    for bandwidth in ("fast", "0GB/s"):
+    for bandwidth in ("fast", "0GB/s", float("inf")):
         with pytest.raises(ValueError, match="offload_bandwidth"):
             rt.auto_checkpoint(
                 model, memory_budget="1GiB", offload=True, offload_bandwidth=bandwidth
@@ -277,6 +277,20 @@ def test_offload_settings_are_checked_where_they_are_given():
     chain = nn.Sequential(*(Block() for _ in range(3)))
     with pytest.raises(ValueError, match=r"stock nn.Sequential.*blocks=list\(model\)\)"):
         rt.auto_checkpoint(chain, memory_budget="1GiB", offload=True)
+
+
+def test_run_plan_refuses_a_plan_that_offloads():
+    # It ran such a plan keeping everything on the device: 221184 bytes against 141312.
+    torch.manual_seed(3)
+    model, batch = Net(), torch.randn(16, 32)
+    measured = rt.measure(copy.deepcopy(model), batch, verbose=False)
+    budget = (measured.least_budget_bytes + measured.no_checkpoint_bytes) // 3
+    handle = rt.auto_checkpoint(model, memory_budget=budget, offload=True, offload_bandwidth=FAST)
+    model(batch).sum().backward()
+    assert handle.plan.offloaded
+    handle.remove()
+    with pytest.raises(ValueError, match="plan: it offloads"):
+        remat.eager.run_plan(list(model.layers), handle.plan, batch)
 
 
 def test_auto_offloads_only_on_cuda_and_a_host_budget_bounds_the_host_bytes():

@@ -39,9 +39,15 @@ def parse_bandwidth(value: int | float | str) -> float:
         if not rate > 0:
             raise ValueError(f"offload_bandwidth: expected a positive rate, got {value!r}")
         return rate
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+    # inf passed here once and failed at the first step, or planned no offload at all.
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not 0 < value < float("inf")
+    ):
         raise ValueError(
-            f"offload_bandwidth: expected a positive number of bytes per second, got {value!r}"
+            "offload_bandwidth: expected a positive, finite number of bytes per second, got "
+            f"{value!r}"
         )
     return float(value)
 

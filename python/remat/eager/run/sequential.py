@@ -13,7 +13,7 @@ from torch import nn
 
 from ... import _distributed
 from ...units import parse_bytes
-from .._runtime import _modules_of, _signature, _tensors, run_context
+from .._runtime import _modules_of, _signature, _tensors, run_context, signature_difference
 from ..measuring.chain import profile_layers
 from ..planning.agree import agree_on_profile
 from ..planning.planner import check_planner_options, plan_profile
@@ -250,9 +250,20 @@ def run_plan(functions: Sequence[Callable[[Any], Any]], plan: Plan, input: Any) 
         raise ValueError(
             f"plan: has {len(plan.profile.layers)} layers, functions has {len(functions)}"
         )
-    if plan.input_signature is not None and _signature(input) != plan.input_signature:
+    if plan.offloaded or plan.inputs_offloaded:
+        raise ValueError(
+            "plan: it offloads (an auto_checkpoint plan made with offload=), which run_plan does "
+            "not carry out: it would hold the offloaded bytes on the device, above the plan. Plan "
+            "the chain with remat.plan(), or train the model under auto_checkpoint"
+        )
+    difference = (
+        None
+        if plan.input_signature is None
+        else signature_difference(plan.input_signature, _signature(input), "input")
+    )
+    if difference is not None:
         warnings.warn(
-            "remat.run_plan: input: other shapes, dtypes or devices than the plan was made for; "
+            f"remat.run_plan: {difference}; "
             "its saved bytes may exceed the plan's predicted peak (plan again for this input)",
             RuntimeWarning,
             stacklevel=2,
