@@ -523,6 +523,38 @@ def test_the_budget_warnings_stay_quiet_on_ordinary_training():
         rt.plan(list(model.layers), x, memory_budget="1GiB")  # measuring runs the blocks
 
 
+def test_discovery_says_which_stack_of_an_encoder_decoder_it_left_out():
+    # It picked the decoder's blocks (the most parameters) and left the encoder's out of the
+    # checkpointing and the budget, silently: T5's step saved 1.21 MB at a 0.34 MB budget.
+    class Stack(nn.Module):
+        def __init__(self, depth, width):
+            super().__init__()
+            self.block = nn.ModuleList(MLPBlock(width) for _ in range(depth))
+
+        def forward(self, x):
+            for block in self.block:
+                x = x + block(x)
+            return x
+
+    class EncoderDecoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder, self.decoder = Stack(2, 32), Stack(3, 32)
+
+        def forward(self, x):
+            return self.decoder(self.encoder(x))
+
+    model = EncoderDecoder()
+    with pytest.warns(RuntimeWarning, match=r"left out model.encoder.block \(2 × MLPBlock\)"):
+        handle = rt.auto_checkpoint(model, memory_budget="1GiB")
+    assert "model.decoder.block" in str(handle.blocks)
+    handle.remove()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        both = [*model.encoder.block, *model.decoder.block]
+        rt.auto_checkpoint(model, memory_budget="1GiB", blocks=both).remove()
+
+
 def test_discovery_picks_the_repeated_blocks_not_an_inner_mlp():
     class Block(nn.Module):
         def __init__(self):

@@ -7,6 +7,7 @@ modules of one class, repeated, holding most of the parameters: that is what is 
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
@@ -26,6 +27,9 @@ class Blocks:
     # The container, when it is a stock nn.Sequential that runs its blocks as one chain (each on
     # the previous one's output): regions may then span several blocks.
     chain: nn.Sequential | None
+    # Other containers of repeated blocks discovery left out, each with at least half the
+    # parameters of the chosen (an encoder beside a decoder), described as "path (n × Class)".
+    left_out: tuple[str, ...] = ()
 
     def describe(self) -> str:
         classes = Counter(type(m).__name__ for m in self.modules)
@@ -146,19 +150,28 @@ def find_blocks(
         raise ValueError("model: an nn.ModuleList cannot be called; pass the model that runs it")
     if _is_stock_sequential(model):
         return _from_container(model, "model")
-    best: tuple[tuple[int, int], str, nn.Module] | None = None
+    candidates: list[tuple[tuple[int, int], str, nn.Module]] = []
     for name, module in model.named_modules():
         if not isinstance(module, _CONTAINERS) or module is model:
             continue
         score = _score(_flatten(module, f"model.{name}"))
-        if score[0] >= 0 and (best is None or score > best[0]):
-            best = (score, f"model.{name}", module)
-    if best is None:
+        if score[0] >= 0:
+            candidates.append((score, f"model.{name}", module))
+    if not candidates:
         raise ValueError(
             "model: found no nn.ModuleList or nn.Sequential of repeated blocks to checkpoint; "
             'pass blocks= (a dotted path such as "layers", a container, or a list of modules)'
         )
-    return _from_container(best[2], best[1])
+    best = max(candidates, key=lambda candidate: candidate[0])  # the first of equals
+    inside_best = {id(m) for m in best[2].modules()}
+    left_out = tuple(
+        _from_container(module, path).describe().split(", checkpointed")[0]
+        for score, path, module in candidates
+        if 2 * score[0] >= best[0][0]
+        and id(module) not in inside_best
+        and all(m is not best[2] for m in module.modules())
+    )
+    return dataclasses.replace(_from_container(best[2], best[1]), left_out=left_out)
 
 
 def _given_blocks(model: nn.Module, blocks: str | nn.Module | Sequence[nn.Module]) -> Blocks:
