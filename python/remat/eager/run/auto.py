@@ -282,6 +282,16 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
             self._check_region_inputs(step)
         if step.plan is None:
             self._plan_step(step)
+        elif step.outgrew_plan and not _distributed.active(self.plan_group):
+            calls = len(self._block_plans[step.plan_key].calls)
+            del self._block_plans[step.plan_key]
+            self._warn(
+                f"this step called blocks its plan had no place for (more than its {calls} "
+                "block calls, or blocks the measured step never called, as LayerDrop in the "
+                "model's loop skips some): those ran as their own checkpoint regions beside a "
+                "plan made for fewer calls, so this step may have held more than the budget. The "
+                "next step with these inputs measures again, to plan for every call it makes"
+            )
         elif step.position != len(self._block_plans[step.plan_key].calls) and not step.off_plan:
             self._warn(
                 f"the plan expected {len(self._block_plans[step.plan_key].calls)} block calls, the "

@@ -47,7 +47,19 @@ class BlockCalls:
         planned = self._block_plans[step.plan_key]
         expected = planned.calls[position] if position < len(planned.calls) else None
         if expected is None or expected[0] is not module or expected[1] != signature:
+            # Blocks skipped this step (LayerDrop in the model's loop): the call follows its
+            # own place further on in the plan, if it has one.
+            later = _place_after(planned.calls, position, module, signature)
+            if later is not None:
+                position, expected = later, planned.calls[later]
+                step.position = later + 1
+        if expected is None or expected[0] is not module or expected[1] != signature:
             step.off_plan = True
+            # No place in the plan at all: more calls than planned, or a block the measured
+            # step never called. The next step measures again (see _end_step).
+            step.outgrew_plan |= position >= len(planned.calls) or all(
+                call[0] is not module for call in planned.calls
+            )
             reason = self._off_plan(expected, module, signature, len(planned.calls))
             hint = (
                 ". An int that does not change what the block saves (a timestep, a step count) "
@@ -227,6 +239,19 @@ class BlockCalls:
                 "it out of place (x = x + block(x)); the first step runs every block as a region "
                 "unless auto_checkpoint got example_inputs="
             )
+
+
+def _place_after(
+    calls: tuple[tuple[Any, Any, tuple[int, ...]], ...],
+    start: int,
+    module: nn.Module,
+    signature: Any,
+) -> int | None:
+    """The first position from `start` on where the plan calls `module` with `signature`."""
+    for position in range(start, len(calls)):
+        if calls[position][0] is module and calls[position][1] == signature:
+            return position
+    return None
 
 
 def _watching_the_forward(region: Callable[..., Any], watch: Any) -> Callable[..., Any]:

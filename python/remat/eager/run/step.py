@@ -29,6 +29,9 @@ class _Step:
     calls: list[RecordedCall] = field(default_factory=list)
     position: int = 0
     off_plan: bool = False
+    # A block call the plan has no place for (more calls than it was made for, or a block its
+    # measured step never called): the plan is measured again at the next step.
+    outgrew_plan: bool = False
     outside: _OutsideSaves | None = None  # while this step measures
     # While measuring, the last block's real outputs are held until the next call has read its
     # inputs, so that no new tensor can take their address (storage keys stay unique).
