@@ -178,13 +178,7 @@ def test_an_offload_plan_is_cheaper_than_re_running_at_the_same_budget():
 def test_copies_back_start_when_the_gradient_reaches_the_next_block(monkeypatch):
     """Prefetch one block ahead: by the time backward unpacks an offloaded tensor, its copy back
     has started (no copy is made on demand)."""
-    torch.manual_seed(3)
-    model, batch = Net(), torch.randn(16, 32)
-    measured = rt.measure(copy.deepcopy(model), batch, verbose=False)
-    budget = (measured.least_budget_bytes + measured.no_checkpoint_bytes) // 3
-    handle = rt.auto_checkpoint(model, memory_budget=budget, offload=True, offload_bandwidth=FAST)
-    model(batch).sum().backward()
-    assert handle.plan.offloaded
+    model, batch, handle = _offloading_net()
     on_demand, unpacked = [], []
     original = offload_run._Stored.on_device
 
@@ -279,8 +273,8 @@ def test_offload_settings_are_checked_where_they_are_given():
         rt.auto_checkpoint(chain, memory_budget="1GiB", offload=True)
 
 
-def test_run_plan_refuses_a_plan_that_offloads():
-    # It ran such a plan keeping everything on the device: 221184 bytes against 141312.
+def _offloading_net():
+    """An MLP under auto_checkpoint at a budget where it offloads, after its first step."""
     torch.manual_seed(3)
     model, batch = Net(), torch.randn(16, 32)
     measured = rt.measure(copy.deepcopy(model), batch, verbose=False)
@@ -288,6 +282,12 @@ def test_run_plan_refuses_a_plan_that_offloads():
     handle = rt.auto_checkpoint(model, memory_budget=budget, offload=True, offload_bandwidth=FAST)
     model(batch).sum().backward()
     assert handle.plan.offloaded
+    return model, batch, handle
+
+
+def test_run_plan_refuses_a_plan_that_offloads():
+    # It ran such a plan keeping everything on the device: 221184 bytes against 141312.
+    model, batch, handle = _offloading_net()
     handle.remove()
     with pytest.raises(ValueError, match="plan: it offloads"):
         remat.eager.run_plan(list(model.layers), handle.plan, batch)

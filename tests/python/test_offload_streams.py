@@ -25,7 +25,6 @@ stream has waited for it, change nothing in the emulation. Nor does it say anyth
 from __future__ import annotations
 
 import contextlib
-import copy
 import weakref
 from typing import Any, Callable
 
@@ -34,7 +33,7 @@ import torch
 
 import remat.torch as rt
 from remat.eager.run import offload as offload_run
-from test_offload_run import CASES, FAST, _check_exact, _train
+from test_offload_run import CASES, FAST, _case, _check_exact, _train
 
 POISON = 0xFF  # every float made of these bytes is NaN
 
@@ -193,12 +192,7 @@ def emulated(monkeypatch):
 def _offloading_run(name: str, below_least: bool):
     """A model of CASES[name] trained with offload=True where it offloads blocks, or below
     keep/recompute's least peak where it moves regions' inputs; and its plain twin's run."""
-    build, batch_of, loss_fn = CASES[name]
-    torch.manual_seed(3)
-    model = build()
-    plain = copy.deepcopy(model)
-    batch = batch_of()
-    measured = rt.measure(copy.deepcopy(model), batch, verbose=False)
+    model, plain, batch, loss_fn, measured = _case(name)
     least, lowest = measured.least_budget_bytes, measured.least_offload_budget_bytes
     if below_least:
         budget = (lowest + least) // 2
