@@ -840,6 +840,8 @@ def test_measure_reports_blocks_and_budgets(capsys):
     printed = capsys.readouterr().out
     assert "model.layers (4 × HFDecoderLayer)" in printed and "model.layers.3" in printed
     assert m.least_budget_bytes < m.no_checkpoint_bytes
+    # In whole bytes as well: "59.1 KiB" read back was 26 bytes under the least.
+    assert f"= {m.least_budget_bytes} bytes" in printed
     assert len(m.profile.layers) == 4 and all(l.saved_bytes > 0 for l in m.profile.layers)
     assert [p.grad for p in model.parameters()] == grads_before  # nothing accumulated
     assert all("forward" not in mod.__dict__ for mod in model.modules())

@@ -16,6 +16,13 @@ from ..types import Plan, Profile
 from .auto import AutoCheckpoint
 
 
+def _exactly(count: int) -> str:
+    """A byte count in binary units, and in whole bytes too from 1 KiB on: a rounded least
+    budget read back ("59.1 KiB") can fall under the least and be refused."""
+    rounded = format_bytes(count)
+    return rounded if rounded == f"{count} B" else f"{rounded} = {count} bytes"
+
+
 @dataclass(frozen=True)
 class Measurement:
     """One training step of a model, measured block by block.
@@ -53,8 +60,8 @@ class Measurement:
         lines = [
             f"remat.measure: {self.blocks.describe()}",
             f"  budget without checkpointing {format_bytes(self.no_checkpoint_bytes)}; least "
-            f"possible {format_bytes(self.least_budget_bytes)} (with offload= "
-            f"{format_bytes(self.least_offload_budget_bytes)})",
+            f"possible {_exactly(self.least_budget_bytes)} (with offload= "
+            f"{_exactly(self.least_offload_budget_bytes)})",
             f"  forward of the blocks {format_seconds(p.forward_seconds)}; measured step "
             f"{format_seconds(self.step_seconds)}",
             "",
