@@ -28,14 +28,18 @@ class Blocks:
     # the previous one's output): regions may then span several blocks.
     chain: nn.Sequential | None
     # Other containers of repeated blocks discovery left out, each with at least half the
-    # parameters of the chosen (an encoder beside a decoder), described as "path (n × Class)".
-    left_out: tuple[str, ...] = ()
+    # parameters of the chosen (an encoder beside a decoder).
+    left_out: tuple[Blocks, ...] = ()
 
-    def describe(self) -> str:
+    def contents(self) -> str:
+        """Where the blocks are and what they are: "model.layers (32 × LlamaDecoderLayer)"."""
         classes = Counter(type(m).__name__ for m in self.modules)
         kinds = " + ".join(f"{count} × {name}" for name, count in classes.most_common())
+        return f"{self.path} ({kinds})"
+
+    def describe(self) -> str:
         how = "one chain (nn.Sequential)" if self.chain is not None else "each block on its own"
-        return f"{self.path} ({kinds}), checkpointed {how}"
+        return f"{self.contents()}, checkpointed {how}"
 
     def __str__(self) -> str:
         return self.describe()
@@ -165,7 +169,7 @@ def find_blocks(
     best = max(candidates, key=lambda candidate: candidate[0])  # the first of equals
     inside_best = {id(m) for m in best[2].modules()}
     left_out = tuple(
-        _from_container(module, path).describe().split(", checkpointed")[0]
+        _from_container(module, path)
         for score, path, module in candidates
         if 2 * score[0] >= best[0][0]
         and id(module) not in inside_best

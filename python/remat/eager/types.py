@@ -231,19 +231,22 @@ def _field(data: Any, key: str, at: str | None, default: Any) -> tuple[Any, str]
     return data[key], where
 
 
-def _bytes(data: Any, key: str, at: str | None, default: int | None = None) -> int:
+def _number(data: Any, key: str, at: str | None, default: float | None) -> tuple[Any, str]:
     value, where = _field(data, key, at, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{where}: expected a number, got {describe(value)}")
+    return value, where
+
+
+def _bytes(data: Any, key: str, at: str | None, default: int | None = None) -> int:
+    value, where = _number(data, key, at, default)
     if value < 0 or value != int(value):
         raise ValueError(f"{where}: expected a whole number >= 0, got {value!r}")
     return int(value)
 
 
 def _seconds(data: Any, key: str, at: str | None, default: float | None = None) -> float:
-    value, where = _field(data, key, at, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{where}: expected a number, got {describe(value)}")
+    value, where = _number(data, key, at, default)
     if not 0 <= value < float("inf"):
         raise ValueError(f"{where}: expected a finite number >= 0, got {value!r}")
     return float(value)

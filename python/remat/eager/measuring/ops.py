@@ -346,41 +346,26 @@ class ModesCache:
             known = self.known(kind, measured.dispatched)
             if known is not None:
                 return known
+        # The runs below only measure: hooks that watch the block's modules must not see them.
         with forward_hooks_silenced(_modules_of(function)):
-            return self._profile_ops(
-                kind, function, args, kwargs, excluded, measured, recorded, time_plainly
-            )
-
-    def _profile_ops(
-        self,
-        kind: Any,
-        function: Callable[..., Any],
-        args: tuple,
-        kwargs: dict,
-        excluded: set[Key],
-        measured: CallMeasurement,
-        recorded: "OpProfile | None",
-        time_plainly: bool,
-    ) -> "OpProfile":
-        """ops_of's runs (see there), which only measure."""
-        seconds, plain = measured.forward_seconds, None
-        if recorded is None:
-            floor = self.floor_seconds(measured.dispatched)
-            if 0 < floor < seconds:  # before recording it, weigh it against a plain run
+            seconds, plain = measured.forward_seconds, None
+            if recorded is None:
+                floor = self.floor_seconds(measured.dispatched)
+                if 0 < floor < seconds:  # before recording it, weigh it against a plain run
+                    detached = _detached(args), _detached(kwargs)
+                    plain = seconds = self._plain_forward(function, *detached, seconds, None)
+                if floor >= seconds:
+                    found = OpProfile(
+                        (), -1, worth_it=False, dispatched=measured.dispatched, plain_seconds=plain
+                    )
+                    self._kinds.setdefault(kind, found)
+                    self._classes_worth[_classes_of(kind)] = False
+                    return found
+                recorded = record_ops(function, args, kwargs, excluded)
+            if time_plainly and plain is None and recorded.replays:
                 detached = _detached(args), _detached(kwargs)
                 plain = seconds = self._plain_forward(function, *detached, seconds, None)
-            if floor >= seconds:
-                found = OpProfile(
-                    (), -1, worth_it=False, dispatched=measured.dispatched, plain_seconds=plain
-                )
-                self._kinds.setdefault(kind, found)
-                self._classes_worth[_classes_of(kind)] = False
-                return found
-            recorded = record_ops(function, args, kwargs, excluded)
-        if time_plainly and plain is None and recorded.replays:
-            detached = _detached(args), _detached(kwargs)
-            plain = seconds = self._plain_forward(function, *detached, seconds, None)
-        found = self.complete(function, args, kwargs, recorded, seconds, plain_seconds=plain)
+            found = self.complete(function, args, kwargs, recorded, seconds, plain_seconds=plain)
         found = replace(found, plain_seconds=plain)
         self._kinds.setdefault(kind, found)
         self._classes_worth[_classes_of(kind)] = found.worth_it and found.replays

@@ -124,10 +124,11 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
         self._modes: ModesCache | None = None  # see _begin_step
         self.reinstall()
         if blocks.left_out:
-            every = ", ".join(f"*{p.split(' (')[0]}" for p in (blocks.path, *blocks.left_out))
+            every = ", ".join(f"*{b.path}" for b in (blocks, *blocks.left_out))
             self._warn(
-                f"found the blocks {blocks.describe().split(', checkpointed')[0]}, and left out "
-                f"{' and '.join(blocks.left_out)}, which hold at least half as many parameters "
+                f"found the blocks {blocks.contents()}, and left out "
+                f"{' and '.join(b.contents() for b in blocks.left_out)}, which hold at least half "
+                "as many parameters "
                 "(an encoder beside a decoder, say): their activations are neither checkpointed "
                 f"nor counted in the budget. Pass blocks=[{every}] to plan them all"
             )

@@ -45,18 +45,14 @@ class BlockCalls:
         if step.plan is None:
             return self._measure_and_run(step, module, original, signature, args, kwargs)
         planned = self._block_plans[step.plan_key]
-        expected = planned.calls[position] if position < len(planned.calls) else None
-        if expected is None or expected[0] is not module or expected[1] != signature:
-            # Blocks skipped this step (LayerDrop in the model's loop): the call follows its
-            # own place further on in the plan, if it has one.
-            later = _place_after(planned.calls, position, module, signature)
-            if later is not None:
-                position, expected = later, planned.calls[later]
-                step.position = later + 1
-        if expected is None or expected[0] is not module or expected[1] != signature:
+        # Its place in the plan: this position, or one further on where the step skipped
+        # blocks (LayerDrop in the model's loop).
+        place = _place_after(planned.calls, position, module, signature)
+        if place is None:
+            expected = planned.calls[position] if position < len(planned.calls) else None
             step.off_plan = True
-            # No place in the plan at all: more calls than planned, or a block the measured
-            # step never called. The next step measures again (see _end_step).
+            # None from here on. With none at all (more calls than planned, or a block the
+            # measured step never called), the next step measures again (see _end_step).
             step.outgrew_plan |= position >= len(planned.calls) or all(
                 call[0] is not module for call in planned.calls
             )
@@ -75,6 +71,7 @@ class BlockCalls:
             if step.pending_offload is not None:
                 self._hand_over(step, out, None)
             return out
+        position, step.position = place, place + 1
         self.plan = step.plan
         offloaded = None
         moved = planned.inputs_offloaded.get(position)

@@ -135,14 +135,13 @@ class FirstStep:
         if self.blocks.chain is not None:
             blocks.add(id(self.blocks.chain))
         named = dict(self.model.named_modules(remove_duplicate=False))
-        callers: dict[int, type] = {}
+        callers: set[type] = set()
         for name, module in named.items():
             if id(module) in blocks:
                 parts = name.split(".") if name else []
                 for depth in range(len(parts)):  # every module above the block
-                    above = named[".".join(parts[:depth])]
-                    callers[id(type(above))] = type(above)
-        for kind in callers.values():
+                    callers.add(type(named[".".join(parts[:depth])]))
+        for kind in callers:
             code = getattr(getattr(kind, "forward", None), "__code__", None)
             if code is not None and kind.forward is not nn.Module.forward:
                 reset_code(code)

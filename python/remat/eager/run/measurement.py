@@ -19,8 +19,7 @@ from .auto import AutoCheckpoint
 def _exactly(count: int) -> str:
     """A byte count in binary units, and in whole bytes too from 1 KiB on: a rounded least
     budget read back ("59.1 KiB") can fall under the least and be refused."""
-    rounded = format_bytes(count)
-    return rounded if rounded == f"{count} B" else f"{rounded} = {count} bytes"
+    return format_bytes(count) + ("" if count < 1024 else f" = {count} bytes")
 
 
 @dataclass(frozen=True)
