@@ -1,11 +1,18 @@
 """timm: ``enable(model, memory_budget=...)`` in place of ``model.set_grad_checkpointing()``.
 
-The blocks are those timm's own checkpointing runs one by one: a model's ``blocks`` (a
-VisionTransformer's: a stock ``nn.Sequential``, planned as one chain with regions that span
-several blocks), else the ``blocks`` of each of its ``stages`` (ConvNeXt, Swin, EfficientNet
-style), planned call by call, else its stages. The downsampling between stages runs outside the
-blocks and saves the previous stage's last output: the first step notes that, and the plan
-counts it.
+The blocks are those timm's own checkpointing runs one by one:
+
+| model | blocks |
+| --- | --- |
+| ViT, DeiT, Hiera (``blocks`` holds blocks) | ``blocks`` (a stock ``nn.Sequential``: one chain) |
+| EfficientNet, MobileNet (``blocks`` holds stages) | every stage's blocks, call by call |
+| ConvNeXt, MaxViT, PVT (``stages[*].blocks``) | every stage's blocks, call by call |
+| Swin, SwinV2 (``layers[*].blocks``) | every stage's blocks, call by call |
+| ResNet, ResNeXt (``layer1`` to ``layer4``) | every stage's blocks, call by call |
+| other ``stages`` | the stages |
+
+The downsampling between stages runs outside the blocks and saves the previous stage's last
+output: the first step notes that, and the plan counts it.
 """
 
 from __future__ import annotations
@@ -16,22 +23,45 @@ from torch import nn
 
 from ..eager.run.auto import AutoCheckpoint, auto_checkpoint
 
+_CONTAINERS = (nn.Sequential, nn.ModuleList)
+
+
+def _container(value: Any) -> bool:
+    return isinstance(value, _CONTAINERS) and len(value) > 0
+
+
+def _stages(model: nn.Module) -> list[nn.Module] | None:
+    """The model's stages: ``stages`` (ConvNeXt), ``layers`` (Swin), ``layer1``..``layer4``
+    (ResNet), or a ``blocks`` whose members are containers themselves (EfficientNet)."""
+    for name in ("stages", "layers"):
+        stages = getattr(model, name, None)
+        if _container(stages):
+            return list(stages)
+    numbered = [getattr(model, f"layer{i}", None) for i in range(1, 5)]
+    if all(_container(stage) for stage in numbered):
+        return numbered
+    blocks = getattr(model, "blocks", None)
+    if _container(blocks) and all(_container(stage) for stage in blocks):
+        return list(blocks)
+    return None
+
 
 def find_blocks(model: nn.Module) -> nn.Module | list[nn.Module]:
     """A container of blocks, or the list of every stage's blocks (else the stages)."""
-    blocks = getattr(model, "blocks", None)
-    if isinstance(blocks, (nn.Sequential, nn.ModuleList)) and len(blocks):
-        return blocks
-    stages = getattr(model, "stages", None)
-    if isinstance(stages, (nn.Sequential, nn.ModuleList)) and len(stages):
-        inner = [getattr(stage, "blocks", None) for stage in stages]
-        if all(isinstance(b, (nn.Sequential, nn.ModuleList)) for b in inner):
-            return [block for b in inner for block in b]
-        return list(stages)
-    raise ValueError(
-        f"model: {type(model).__name__} has neither `blocks` nor `stages`; use "
-        "remat.torch.auto_checkpoint(model, memory_budget=..., blocks=...) with its blocks"
-    )
+    stages = _stages(model)
+    if stages is None:
+        blocks = getattr(model, "blocks", None)
+        if _container(blocks):
+            return blocks
+        raise ValueError(
+            f"model: {type(model).__name__} has none of `blocks`, `stages`, `layers` or "
+            "`layer1`..`layer4`; use remat.torch.auto_checkpoint(model, memory_budget=..., "
+            "blocks=...) with its blocks"
+        )
+    inner = [stage if _container(stage) else getattr(stage, "blocks", None) for stage in stages]
+    if all(_container(b) for b in inner):
+        return [block for b in inner for block in b]
+    return stages
 
 
 def _check_not_checkpointed(model: nn.Module) -> None:
@@ -48,8 +78,8 @@ def enable(model: nn.Module, *, memory_budget: int | float | str, **options: Any
     """Checkpoints a timm model's blocks to `memory_budget`.
 
     Args:
-        model: a timm model (its blocks are found as :func:`remat.torch.find_blocks` finds
-            them: ``blocks`` of a ViT, each ConvNeXt stage's blocks).
+        model: a timm model (its blocks are found as :func:`find_blocks` finds them: see
+            the table above).
         memory_budget: the peak of the blocks' saved activations, in bytes or with a unit.
         **options: :func:`remat.torch.auto_checkpoint`'s, except ``blocks``.
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -50,6 +51,16 @@ def train(
         optimizer.step()
     run.state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     return run
+
+
+def metered_within(run: Run, plan: Any, budget: int) -> None:
+    """Every metered step's saved bytes within the plan's prediction, and the prediction within
+    the budget. A meter that read nothing where the plan keeps something was hidden (an inner
+    saved-tensor hook that swallows the meter's): that fails too, rather than pass as within."""
+    assert run.saved_peaks, "no step was metered"
+    if plan.predicted_peak_bytes > 0:
+        assert min(run.saved_peaks) > 0, f"the meter read 0 on a plan that saves: {plan}"
+    assert max(run.saved_peaks) <= plan.predicted_peak_bytes <= budget, (run.saved_peaks, plan)
 
 
 def differences(a: Run, b: Run) -> list[str]:

@@ -46,6 +46,33 @@ def saves_dropped() -> Any:
     return torch.autograd.graph.saved_tensors_hooks(_not_kept, _never_unpacked)
 
 
+def keep_versioned(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """A pack hook that keeps the tensor itself, detached (sharing its version counter; the
+    tensor would make an output saved by its own node a reference cycle), with its version."""
+    return tensor.detach(), tensor._version
+
+
+def unpack_versioned(packed: tuple[torch.Tensor, int]) -> torch.Tensor:
+    """keep_versioned's unpack hook: autograd's own check that a saved tensor was not changed
+    in place, which any saved-tensor hook turns off."""
+    tensor, version = packed
+    if tensor._version != version:
+        raise RuntimeError(
+            "one of the variables needed for gradient computation has been modified by an "
+            f"inplace operation: a {tuple(tensor.shape)} tensor is at version "
+            f"{tensor._version}; expected version {version} instead (checked by remat's "
+            "saved-tensor hooks)"
+        )
+    return tensor
+
+
+def saves_kept_apart() -> Any:
+    """Saved-tensor hooks for a measuring run that is back-propagated (a timed plan, a timed
+    region): autograd's saves are kept as it keeps them, and the user's hooks around the step
+    (save_on_cpu, a meter) never see a run that plain training does not make."""
+    return torch.autograd.graph.saved_tensors_hooks(keep_versioned, unpack_versioned)
+
+
 class SaveRecorder:
     """While active, records the storages autograd saves (activations: not those in `excluded`,
     nor parameters), calling `on_save` at every save. Saved tensors are held until the block
@@ -264,7 +291,7 @@ def measure_call(
     out = _detached(out)
     for _ in range(repeats):
         start = now()
-        with torch.enable_grad():
+        with torch.enable_grad(), saves_dropped():
             again = function(*args, **kwargs)
         _synchronize(again)
         seconds.append(now() - start)

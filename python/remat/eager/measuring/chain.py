@@ -24,7 +24,7 @@ from .._runtime import (
     clock,
 )
 from ..types import LayerProfile, Profile
-from .calls import layer_name, measure_call
+from .calls import layer_name, measure_call, saves_kept_apart
 from .menu import with_menus
 from .ops import ModesCache, measure_with_ops
 
@@ -145,8 +145,13 @@ def _measure_region_overhead(device: torch.device, repeats: int) -> float:
         now = clock()
         _synchronize(x)
         start = now()
-        y = checkpoint(op, x, use_reentrant=False, preserve_rng_state=True) if wrapped else op(x)
-        y.sum().backward()
+        with saves_kept_apart():
+            y = (
+                checkpoint(op, x, use_reentrant=False, preserve_rng_state=True)
+                if wrapped
+                else op(x)
+            )
+            y.sum().backward()
         _synchronize(x)
         return now() - start
 

@@ -552,7 +552,7 @@ def measure_modes(
                     (caching, cached), create_selective_checkpoint_contexts(policy)
                 ):
                     start = now()
-                    with mode, torch.enable_grad():
+                    with mode, torch.enable_grad(), saves_dropped():
                         out = function(*args, **kwargs)
                     times.append(now() - start)
                     del out

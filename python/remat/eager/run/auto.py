@@ -234,7 +234,8 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
             found = self._make_block_plan(plan_key, key, profile, calls)
         self._step = _Step(key, plan_key, found.plan if found else None)
         if found is None:
-            self._step.outside = _OutsideSaves(lambda: self._inside > 0).__enter__()
+            if self.blocks.chain is None:  # a chain measures and plans when it is called
+                self._step.outside = _OutsideSaves(lambda: self._inside > 0).__enter__()
             if _distributed.active(self.plan_group):
                 # Ranks record and measure every layer, step after step (see ModesCache).
                 self._step.modes = ModesCache(shortcuts=False)

@@ -11,9 +11,10 @@ from typing import Any, Callable
 
 import torch
 
-from ...saved_memory import storage_key
+from ...saved_memory import storage_key, top_save_hooks
 from .._runtime import _tensors
 from ..measuring.blocks import RecordedCall
+from ..measuring.calls import keep_versioned, unpack_versioned
 from ..measuring.ops import ModesCache
 from ..types import Plan
 from .offload import OffloadedCall
@@ -56,37 +57,33 @@ class _OutsideSaves:
     saves for backward (a final norm saves the last block's output, T5's encoder norm the last
     encoder block's, a downsampling conv the previous stage's).
 
-    A saved-tensor hook turns autograd's own check that a saved tensor was not changed in place
-    off, so this one makes it: each save keeps the tensor's version and unpacking compares it.
-    It keeps a detached tensor (sharing the version counter), as SavedTensorMeter does: the
-    saved tensor itself would make an output saved by its own node a reference cycle. Under
-    torch.compile's tracing it records nothing and keeps the tensor as it is."""
+    Each save goes on to the saved-tensor hooks in force when the step began (the user's
+    ``save_on_cpu``, an offload or compression hook, a meter), which keep it as they would in
+    plain training. Where there are none, this hook keeps the tensor and makes autograd's own
+    check that it was not changed in place, which any saved-tensor hook turns off: each save
+    keeps the tensor's version and unpacking compares it. It keeps a detached tensor (sharing
+    the version counter), as SavedTensorMeter does: the saved tensor itself would make an
+    output saved by its own node a reference cycle. Under torch.compile's tracing it records
+    nothing."""
 
     def __init__(self, inside_a_block: Callable[[], bool]) -> None:
         self.keys: set[tuple[str, int, int]] = set()
         self._inside_a_block = inside_a_block
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        outer = top_save_hooks()
+        self._outer_pack = None if outer is None else outer[0]
+        unpack = self._unpack if outer is None else outer[1]
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, unpack)
 
     def _pack(self, tensor: torch.Tensor) -> Any:
-        if torch.compiler.is_compiling():
-            return tensor
-        if not self._inside_a_block():
+        if not torch.compiler.is_compiling() and not self._inside_a_block():
             self.keys.add(storage_key(tensor))
-        return tensor.detach(), tensor._version
+        if self._outer_pack is not None:
+            return self._outer_pack(tensor)
+        return tensor if torch.compiler.is_compiling() else keep_versioned(tensor)
 
     @staticmethod
     def _unpack(packed: Any) -> torch.Tensor:
-        if isinstance(packed, torch.Tensor):
-            return packed
-        tensor, version = packed
-        if tensor._version != version:
-            raise RuntimeError(
-                "one of the variables needed for gradient computation has been modified by an "
-                f"inplace operation: a {tuple(tensor.shape)} tensor is at version "
-                f"{tensor._version}; expected version {version} instead (checked by remat's "
-                "first step, which notes what the model saves outside its blocks)"
-            )
-        return tensor
+        return packed if isinstance(packed, torch.Tensor) else unpack_versioned(packed)
 
     def __enter__(self) -> "_OutsideSaves":
         self._hooks.__enter__()

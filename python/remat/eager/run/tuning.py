@@ -30,6 +30,7 @@ import torch
 from ... import _distributed
 from ...saved_memory import has_fsdp_modules
 from .._runtime import _detached, _modules_of, _PreservedState, _synchronize, _tensors, clock
+from ..measuring.calls import saves_kept_apart
 from ..planning.tune import _tunable, fastest, tuning_candidates
 from ..types import Plan
 from .execution import Execution
@@ -103,7 +104,7 @@ def _time_step(
     now = clock()
     _synchronize(x)
     start = now()
-    with torch.enable_grad():
+    with torch.enable_grad(), saves_kept_apart():
         execution = Execution(functions, regions, contexts)
         outputs = [t for t in _tensors(execution(x)) if t.requires_grad]
         if outputs and inputs:
