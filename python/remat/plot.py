@@ -9,6 +9,22 @@ import numpy as np
 
 from ._solve import ParetoFront
 
+
+def _pyplot() -> Any:
+    """matplotlib's pyplot, headless; a clear error where the `plot` extra is not installed."""
+    try:
+        import matplotlib
+    except ImportError as error:
+        raise ImportError(
+            "remat.plot needs matplotlib, which remat installs only with its plot extra: "
+            'pip install ".[plot]" from a clone (or pip install matplotlib)'
+        ) from error
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 if TYPE_CHECKING:
     from .compiled import Tradeoff
 
@@ -24,10 +40,7 @@ def plot_pareto(
     ``budget`` (the one torch would plan for; default front.max_memory) marked. The format
     follows the file's extension (.png, .svg, ...)."""
     budget = front.max_memory if budget is None else budget
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     path = pathlib.Path(path)
     budgets = np.append(front.budgets, front.max_memory)
@@ -85,10 +98,7 @@ def plot_tradeoff(
     """Writes a compiled model's trade-off (``remat.torch.tradeoff``): estimated recompute
     against predicted step peak for every plan, the Pareto-optimal ones joined as the steps a
     byte budget moves along, and the measured peaks where some were measured."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     path = pathlib.Path(path)
     mib = float(2**20)

@@ -22,6 +22,14 @@ def test_plot_pareto_writes_images(tmp_path, suffix, magic):
     assert data.startswith(magic) and len(data) > 5000
 
 
+def test_plotting_without_matplotlib_names_the_extra_that_installs_it(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as after a plain pip install .
+    with pytest.raises(ImportError, match=r'pip install "\.\[plot\]"'):
+        plot_pareto(remat.pareto(**INSTANCE), tmp_path / "front.png")
+    install = (ROOT / "docs" / "install.md").read_text()
+    assert 'pip install ".[plot]"' in install
+
+
 def test_cli_plot_goes_through_the_package(run, tmp_path):
     image = tmp_path / "front.png"
     code, out, err = run("pareto", "--plot", str(image), "-", stdin=json.dumps(INSTANCE))

@@ -5,6 +5,7 @@ otherwise change."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import enum
 import functools
@@ -18,6 +19,7 @@ from torch import nn
 
 from ..saved_memory import storage_key
 from .generators import GeneratorStates
+from .snapshots import is_snapshot_mapping
 
 
 def clock() -> Callable[[], float]:
@@ -73,6 +75,12 @@ def _detached(value: Any) -> Any:
         return type(value)(_detached(v) for v in value)
     if isinstance(value, dict):
         return type(value)((k, _detached(v)) for k, v in value.items())
+    if is_snapshot_mapping(
+        value
+    ):  # a UserDict: a copy, so that a measuring run's writes stay there
+        copied = copy.copy(value)
+        copied.data = {k: _detached(v) for k, v in value.items()}
+        return copied
     return value
 
 

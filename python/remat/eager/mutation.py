@@ -24,6 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from .snapshots import is_snapshot_mapping
+
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, enum.Enum)
 _DEPTH = 6  # how deep a fingerprint looks into fields and containers
 
@@ -72,12 +74,31 @@ def _fields(value: Any) -> dict[str, Any]:
     return fields
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Entries:
+    """A mapping a block may write into (see snapshots.py): the values it held when the call
+    began, and their fingerprint. The call may add, replace or drop entries, since its other
+    runs see a copy of the mapping; the values themselves are shared by the copies and must not
+    change."""
+
+    values: tuple[Any, ...]
+    state: Any
+
+    @classmethod
+    def of(cls, mapping: Any) -> "_Entries":
+        values = tuple(mapping.values())
+        return cls(values, tuple(state_of(v) for v in values))
+
+    def unchanged(self) -> bool:
+        return tuple(state_of(v) for v in self.values) == self.state
+
+
 def argument_states(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     """The fingerprint of each argument that could be changed by the call, by its name in the
     call: `args[i]` or the keyword. Tensors and plain values are left out."""
     named = [(f"args[{i}]", v) for i, v in enumerate(args)] + list(kwargs.items())
     return {
-        name: state_of(value)
+        name: _Entries.of(value) if is_snapshot_mapping(value) else state_of(value)
         for name, value in named
         if not isinstance(value, (torch.Tensor, *_PLAIN, nn.Module))
     }
@@ -90,10 +111,11 @@ class ChangesItsArgument(RuntimeError):
 def check_unchanged(block: str, before: dict[str, Any], after: dict[str, Any]) -> None:
     """Raises ChangesItsArgument naming `block` and the first argument whose state changed."""
     for name, state in before.items():
-        if after.get(name) != state:
+        if not state.unchanged() if isinstance(state, _Entries) else after.get(name) != state:
             raise ChangesItsArgument(
                 f"remat: {block} changed its argument {name} during its call (a cache it "
-                "appends to, a counter, a list it fills). A checkpoint region re-runs the block "
+                "appends to, a counter, a list it fills; a dict the block only stores entries "
+                "in is replayed, not refused). A checkpoint region re-runs the block "
                 "in backward, and the first step measures it several times, so the change would "
                 "be made again each time. Pass that argument only outside training (for a "
                 "Hugging Face cache: use_cache=False), or leave this block out of blocks="

@@ -15,6 +15,7 @@ from ...saved_memory import storage_key
 from .._runtime import _signature, _tensors, signature_difference
 from ..caches import without_caches
 from ..generators import measuring_now
+from ..snapshots import CallSnapshot
 from .buffers import BufferReplay
 from .offload import OffloadedCall
 from .step import _Step
@@ -199,6 +200,11 @@ class BlockCalls:
                     return original(*call_args, **call_kwargs)
                 return replay.run(original, *call_args, **call_kwargs)
 
+            # A mapping the block writes into: its re-runs write into copies of it as it was.
+            snapshot = None if compiling else CallSnapshot(args, kwargs)
+            if snapshot:
+                region = _re_running_from(snapshot, region, count, names)
+
             if watch is not None:  # (never under torch.compile: no state to mutate in a trace)
                 region = _watching_the_forward(region, watch)
 
@@ -249,6 +255,23 @@ def _place_after(
         if calls[position][0] is module and calls[position][1] == signature:
             return position
     return None
+
+
+def _re_running_from(
+    snapshot: CallSnapshot, region: Callable[..., Any], count: int, names: list[str]
+) -> Callable[..., Any]:
+    """`region` whose calls after the first (its re-runs in backward) get fresh copies of the
+    mappings the call was given, as they were when it began (see snapshots.py)."""
+    runs = [0]
+
+    def replaying(*inputs: Any) -> Any:
+        if runs[0]:
+            args, kwargs = snapshot.replayed(inputs[:count], dict(zip(names, inputs[count:])))
+            inputs = (*args, *kwargs.values())
+        runs[0] += 1
+        return region(*inputs)
+
+    return replaying
 
 
 def _watching_the_forward(region: Callable[..., Any], watch: Any) -> Callable[..., Any]:

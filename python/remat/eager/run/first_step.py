@@ -21,6 +21,7 @@ from ..measuring.ops import op_recorder, recorded_profile
 from ..planning.agree import agree_on_profile
 from ..planning.offload import plan_with_offload
 from ..planning.planner import plan_profile
+from ..snapshots import CallSnapshot
 from ..types import Profile
 from .step import _BlockPlan, _Step
 
@@ -56,6 +57,7 @@ class FirstStep:
         record = kind is not None and modes.records(kind)
         recorder = op_recorder(original, args, kwargs) if record else None
         watch = CallWatch(original, args, kwargs, excluded, name, recorder, hand_on=True)
+        snapshot = CallSnapshot(args, kwargs)  # the measuring runs below see the call's mappings
         if devices:
             self._device = next(iter(devices))
         now = clock()
@@ -73,8 +75,9 @@ class FirstStep:
             self._inside += 1
             try:
                 with _PreservedState([module], devices):
+                    again, again_kwargs = snapshot.replayed(args, kwargs)
                     ops = modes.ops_of(
-                        kind, original, args, kwargs, excluded, measured, recorded, True
+                        kind, original, again, again_kwargs, excluded, measured, recorded, True
                     )
             finally:
                 self._inside -= 1
