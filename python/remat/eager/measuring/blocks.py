@@ -110,7 +110,7 @@ def _shared(calls: list[RecordedCall]) -> set[Key]:
 
 
 def _boundaries(
-    calls: list[RecordedCall], held_outside: frozenset[Key], shared: set[Key]
+    calls: list[RecordedCall], held_outside: frozenset[tuple[int, Key]], shared: set[Key]
 ) -> list[_Boundary]:
     inputs = [c.input_keys for c in calls]
     taken_before: set[Key] = set()
@@ -123,7 +123,7 @@ def _boundaries(
             boundary = set(call.output_keys) - shared
         # An output the model's own code saves (T5's encoder norm, a downsampling conv between
         # stages) stays in memory, region or not, until that code's backward.
-        outside = (call.output_keys & held_outside) - shared
+        outside = {key for key in call.output_keys if (k, key) in held_outside} - shared
         # The next call's region may send its input to the host when that input is this call's
         # output, passed as an argument of its own, and nothing outside the blocks saves it.
         movable = (
@@ -144,7 +144,7 @@ def _boundaries(
 
 
 def moved_input_positions(
-    calls: list[RecordedCall], held_outside: frozenset[Key] = frozenset()
+    calls: list[RecordedCall], held_outside: frozenset[tuple[int, Key]] = frozenset()
 ) -> list[tuple[int, ...]]:
     """Per call: the positions, among its arguments (positional, then keyword), of the inputs an
     offload plan may move when that call runs as a region whose input moves (empty: none)."""
@@ -195,10 +195,13 @@ def _as_busy_as(layer: LayerProfile, model: LayerProfile) -> LayerProfile:
 
 
 def chain_profile(
-    calls: list[RecordedCall], region_overhead: float, held_outside: frozenset[Key] = frozenset()
+    calls: list[RecordedCall],
+    region_overhead: float,
+    held_outside: frozenset[tuple[int, Key]] = frozenset(),
 ) -> Profile:
     """The per-call chain of a measured step (see the module's docstring). `held_outside`: the
-    storages the model's code outside the blocks saved for backward in that step."""
+    block outputs the model's code outside the blocks saved for backward in that step, as
+    (call position, storage key)."""
     if not calls:
         raise ValueError("blocks: none of the blocks was called in the model's forward")
     shared = _shared(calls)

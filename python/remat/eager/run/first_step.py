@@ -94,6 +94,9 @@ class FirstStep:
         step.calls.append(
             RecordedCall.of(module, name, signature, measured, ops, input_order=arguments)
         )
+        if step.outside is not None:
+            outputs = (t for t in _tensors(out) if not is_persistent(t, excluded))
+            step.outside.note_outputs(len(step.calls) - 1, outputs)
         step.last_outputs = out
         return out
 

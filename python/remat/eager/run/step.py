@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from ...saved_memory import storage_key, top_save_hooks
 from .._runtime import _tensors
@@ -64,19 +65,41 @@ class _OutsideSaves:
     keeps the tensor's version and unpacking compares it. It keeps a detached tensor (sharing
     the version counter), as SavedTensorMeter does: the saved tensor itself would make an
     output saved by its own node a reference cycle. Under torch.compile's tracing it records
-    nothing."""
+    nothing.
+
+    Only saves of a block call's output whose storage is still alive at the save are noted, with
+    that call's position (`note_outputs` registers each call's outputs): a storage key names an
+    address, and a block output the model's code does not keep (x = x + block(x) frees
+    block(x)) leaves its address to a later tensor, as the head's input, whose save was taken
+    for that block's output (a flaky extra output's bytes in the profile)."""
 
     def __init__(self, inside_a_block: Callable[[], bool]) -> None:
-        self.keys: set[tuple[str, int, int]] = set()
+        # (call position, storage key) of each block output the model's code saved
+        self.keys: set[tuple[int, tuple[str, int, int]]] = set()
         self._inside_a_block = inside_a_block
+        # Block outputs by storage key: the call that returned it, and a weak reference to its
+        # storage. A key counts only while the storage that had it is alive.
+        self._outputs: dict[tuple[str, int, int], tuple[int, StorageWeakRef]] = {}
         outer = top_save_hooks()
         self._outer_pack = None if outer is None else outer[0]
         unpack = self._unpack if outer is None else outer[1]
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, unpack)
 
+    def note_outputs(self, position: int, tensors: Any) -> None:
+        """Registers the output tensors of the block call at `position`: saves of their
+        storages are noted while those storages live (an address freed and reused names
+        another tensor)."""
+        for tensor in tensors:
+            local = getattr(tensor, "_local_tensor", None)  # as storage_key reads a DTensor
+            storage = (local if isinstance(local, torch.Tensor) else tensor).untyped_storage()
+            self._outputs[storage_key(tensor)] = (position, StorageWeakRef(storage))
+
     def _pack(self, tensor: torch.Tensor) -> Any:
         if not torch.compiler.is_compiling() and not self._inside_a_block():
-            self.keys.add(storage_key(tensor))
+            key = storage_key(tensor)
+            found = self._outputs.get(key)
+            if found is not None and not found[1].expired():
+                self.keys.add((found[0], key))
         if self._outer_pack is not None:
             return self._outer_pack(tensor)
         return tensor if torch.compiler.is_compiling() else keep_versioned(tensor)
@@ -91,6 +114,7 @@ class _OutsideSaves:
 
     def __exit__(self, *exc: Any) -> None:
         self._hooks.__exit__(*exc)
+        self._outputs.clear()
 
 
 class _GraphAlive:
