@@ -42,6 +42,7 @@ from .eager import (
     profile_layers,
 )
 from .saved_memory import SavedTensorMeter
+from .step_memory import StepMemoryMeter
 
 __all__ = [
     "AutoCheckpoint",
@@ -56,6 +57,7 @@ __all__ = [
     "Profile",
     "RematKnapsackSolver",
     "SavedTensorMeter",
+    "StepMemoryMeter",
     "Tradeoff",
     "auto_checkpoint",
     "checkpoint_sequential",
