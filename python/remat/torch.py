@@ -20,6 +20,7 @@ still imports, eager checkpointing works, and ``use()`` raises a RuntimeError sa
 
 from __future__ import annotations
 
+from . import integrations  # noqa: F401  (remat.integrations.* after import remat.torch)
 from .compiled import BudgetNotMet, BudgetTooSmall, Fit, GraphChoice, Tradeoff, fit, tradeoff
 from .compiled.solver import (
     COMPILE_MIN_TORCH,

@@ -836,7 +836,7 @@ def test_measure_reports_blocks_and_budgets(capsys):
     torch.manual_seed(0)
     model = HFModel()
     grads_before = [p.grad for p in model.parameters()]
-    m = rt.measure(model, tokens())
+    m = rt.measure(model, tokens(), verbose=True)
     printed = capsys.readouterr().out
     assert "model.layers (4 × HFDecoderLayer)" in printed and "model.layers.3" in printed
     assert m.least_budget_bytes < m.no_checkpoint_bytes

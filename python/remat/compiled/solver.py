@@ -171,8 +171,14 @@ class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
         if offload and memory_budget is None:
             raise ValueError("offload: needs a memory_budget in bytes to offload for")
         if solver not in SOLVERS:
+            hint = ""
+            try:
+                parse_bytes(solver)
+                hint = f"; for a budget in bytes write memory_budget={solver!r}"
+            except (TypeError, ValueError):
+                pass
             raise ValueError(
-                f"solver: unknown solver '{solver}' (expected one of {', '.join(SOLVERS)})"
+                f"solver: unknown solver {solver!r} (expected one of {', '.join(SOLVERS)}){hint}"
             )
         if isinstance(max_candidates, bool) or not isinstance(max_candidates, int):
             raise TypeError("max_candidates: expected an int >= 2")

@@ -144,6 +144,12 @@ def find_blocks(
         print(remat.torch.find_blocks(model))  # model.layers (32 x LlamaDecoderLayer)
         ```
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(
+            f"model: expected an nn.Module whose calls are training steps, got "
+            f"{type(model).__name__}; a function has no blocks to checkpoint (wrap it in an "
+            "nn.Module, or use remat.torch.checkpoint_sequential on a list of functions)"
+        )
     if blocks is not None:
         given = _given_blocks(model, blocks)
         if not given.modules:

@@ -10,3 +10,5 @@ library's own checkpointing does, refuses to stack on that checkpointing, and ha
 
 Importing one never imports its library; it is looked at only through the model given.
 """
+
+from . import timm, transformers  # noqa: F401  (reachable as remat.integrations.timm after import)

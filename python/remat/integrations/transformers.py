@@ -52,9 +52,16 @@ def _check_not_checkpointed(model: nn.Module) -> None:
             f"model: Hugging Face's own gradient checkpointing is on ({on[0] or 'the model'}"
             f"{f' and {len(on) - 1} more' if len(on) > 1 else ''}); remat plans the "
             "checkpointing itself, and the two together would re-run every block twice. Call "
-            "model.gradient_checkpointing_disable() (or leave gradient_checkpointing=False in "
+            f"model.{_disable_method(model)}() (or leave gradient_checkpointing=False in "
             "TrainingArguments) first"
         )
+
+
+def _disable_method(model: nn.Module) -> str:
+    """transformers 5 renamed gradient_checkpointing_disable, which it deprecates."""
+    if hasattr(model, "activation_checkpointing_disable"):
+        return "activation_checkpointing_disable"
+    return "gradient_checkpointing_disable"
 
 
 def enable(model: nn.Module, *, memory_budget: int | float | str, **options: Any) -> AutoCheckpoint:

@@ -185,8 +185,9 @@ def _checkpoints_inside(name: str) -> RuntimeError:
         f"remat: {name} runs torch.utils.checkpoint inside its forward (Hugging Face's "
         "gradient_checkpointing_enable(), or the model's own code). What that checkpoint saves "
         "and re-runs in backward is hidden from remat's measurement, so no plan could keep the "
-        "budget. Turn the model's own checkpointing off (model.gradient_checkpointing_disable() "
-        "on a Hugging Face model) and let remat choose, or pass blocks= modules that run inside "
+        "budget. Turn the model's own checkpointing off (on a Hugging Face model "
+        "model.activation_checkpointing_disable(), gradient_checkpointing_disable() before "
+        "transformers 5) and let remat choose, or pass blocks= modules that run inside "
         "those checkpoints"
     )
 

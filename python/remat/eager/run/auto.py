@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
+import pathlib
 import sys
 import warnings
 from typing import Any, Sequence
@@ -196,12 +198,15 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
     def _name(self, module: nn.Module) -> str:
         return self._names.get(id(module), type(module).__name__)
 
-    def _warn(self, message: str) -> None:
+    def _warn(self, message: str, once_as: str | None = None) -> None:
         # Once each: a message repeated every step would grow the list all training.
-        if message not in self._warned:
-            self._warned.add(message)
+        # `once_as`: what makes it the same message (one warning for every block it names).
+        key = message if once_as is None else once_as
+        if key not in self._warned:
+            self._warned.add(key)
             self.warnings.append(message)
-            warnings.warn(f"remat.auto_checkpoint: {message}", RuntimeWarning, stacklevel=4)
+            entry = "remat.measure" if self._measuring else "remat.auto_checkpoint"
+            warnings.warn(f"{entry}: {message}", RuntimeWarning, stacklevel=_user_stacklevel())
 
     # --- steps ---
 
@@ -299,6 +304,21 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
                 f"the plan expected {len(self._block_plans[step.plan_key].calls)} block calls, the "
                 f"step made {step.position}; the missing ones cost nothing"
             )
+
+
+_LIBRARIES = tuple(
+    str(pathlib.Path(module.__file__).parent) + os.sep for module in (torch, sys.modules["remat"])
+)
+
+
+def _user_stacklevel() -> int:
+    """The stacklevel of warnings.warn, called from _warn, that names the first frame outside
+    torch and remat: the user's line (model(x), loss.backward()), not torch's module call."""
+    frame = sys._getframe(2)  # _warn's caller: stacklevel 2 of the warn in _warn
+    level = 2
+    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARIES):
+        frame, level = frame.f_back, level + 1
+    return level if frame is not None else 2
 
 
 def auto_checkpoint(

@@ -35,7 +35,8 @@ class BlockCalls:
                     "(a method such as model.encode(), a training_step, or a loop over the "
                     "blocks outside forward): it runs without checkpointing, and the budget is "
                     "not kept. Call the model itself, or give auto_checkpoint the module whose "
-                    "forward calls the blocks"
+                    "forward calls the blocks",
+                    once_as="a block called outside the model's forward",
                 )
             return original(*args, **kwargs)
         if module.training:

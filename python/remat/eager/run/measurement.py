@@ -99,7 +99,7 @@ def measure(
     *args: Any,
     blocks: str | nn.Module | Sequence[nn.Module] | None = None,
     loss_fn: Callable[[Any], torch.Tensor] | None = None,
-    verbose: bool = True,
+    verbose: bool = False,
     plan_group: Any = None,
     **kwargs: Any,
 ) -> Measurement:
@@ -116,7 +116,7 @@ def measure(
         blocks: which blocks, as :func:`auto_checkpoint` takes them (default: found).
         loss_fn: turns the model's output into the loss (default: its mean, or the ``loss``
             of a Hugging Face output).
-        verbose: print the table.
+        verbose: print the table as well (``print(measured)`` prints it too).
         plan_group: under a process group, the ranks that report one agreed profile
             ("local": this rank's).
         **kwargs: its keyword arguments.
@@ -137,6 +137,9 @@ def measure(
     handle = AutoCheckpoint(
         model, chosen, 2**60, None, False, plan_group=plan_group, measuring=True
     )
+    # Measuring drops a cache passed to the blocks as a training step does, but the user's
+    # training is not affected: auto_checkpoint or enable() says what it does there.
+    handle.warn_on_dropped_caches = False
     try:
         devices = {t.device for t in _tensors((args, kwargs))}
         parameters = [p for p in model.parameters() if p.requires_grad]
