@@ -139,12 +139,15 @@ def is_traced(tensor: torch.Tensor) -> bool:
     return is_fake(tensor)
 
 
-def storage_key(tensor: torch.Tensor) -> tuple[str, int, int]:
+def storage_of(tensor: torch.Tensor) -> torch.UntypedStorage:
+    """The storage that holds `tensor`'s data (a DTensor's: its local shard's)."""
     local = getattr(tensor, "_local_tensor", None)  # a DTensor (FSDP2's sharded parameters)
-    if isinstance(local, torch.Tensor):
-        tensor = local
-    storage = tensor.untyped_storage()
-    return (str(tensor.device), storage.data_ptr(), storage.nbytes())
+    return (local if isinstance(local, torch.Tensor) else tensor).untyped_storage()
+
+
+def storage_key(tensor: torch.Tensor) -> tuple[str, int, int]:
+    storage = storage_of(tensor)
+    return (str(storage.device), storage.data_ptr(), storage.nbytes())
 
 
 def excluded_storages(objects: Iterable[Any]) -> set[tuple[str, int, int]]:

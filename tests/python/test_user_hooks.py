@@ -152,6 +152,16 @@ def _names(model: nn.Module, blocks: list[nn.Module]) -> list[str]:
     return [names[id(b)] for b in blocks]
 
 
+def _under_remat_and_plain(kind: str):
+    """The model under auto_checkpoint at a budget that keeps everything, a plain copy, and
+    the loss of a step."""
+    torch.manual_seed(0)
+    model, _, loss_fn = MODELS[kind]()
+    plain = copy.deepcopy(model)
+    rt.auto_checkpoint(model, memory_budget="1GiB")
+    return model, plain, loss_fn
+
+
 class _CountedSaveOnCpu(torch.autograd.graph.save_on_cpu):
     """torch's save_on_cpu, counting the bytes it moves."""
 
@@ -169,10 +179,7 @@ class _CountedSaveOnCpu(torch.autograd.graph.save_on_cpu):
 
 @pytest.mark.parametrize("kind", ["chain", "loop"])
 def test_save_on_cpu_under_auto_checkpoint_moves_what_it_moves_plainly(kind):
-    torch.manual_seed(0)
-    model, _, loss_fn = MODELS[kind]()
-    plain = copy.deepcopy(model)
-    rt.auto_checkpoint(model, memory_budget="1GiB")
+    model, plain, loss_fn = _under_remat_and_plain(kind)
     moved, plain_moved = [], []
     for _ in range(3):
         for net, log in ((model, moved), (plain, plain_moved)):
@@ -189,10 +196,7 @@ def test_save_on_cpu_under_auto_checkpoint_moves_what_it_moves_plainly(kind):
 
 @pytest.mark.parametrize("kind", ["chain", "loop"])
 def test_the_saved_tensor_meter_reads_under_auto_checkpoint_what_it_reads_plainly(kind):
-    torch.manual_seed(0)
-    model, _, loss_fn = MODELS[kind]()
-    plain = copy.deepcopy(model)
-    rt.auto_checkpoint(model, memory_budget="1GiB")
+    model, plain, loss_fn = _under_remat_and_plain(kind)
     _step(model, loss_fn, rt.SavedTensorMeter(model))  # the step that measures
     with rt.SavedTensorMeter(plain) as expected:
         loss_fn(plain).backward()

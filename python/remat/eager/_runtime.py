@@ -75,9 +75,7 @@ def _detached(value: Any) -> Any:
         return type(value)(_detached(v) for v in value)
     if isinstance(value, dict):
         return type(value)((k, _detached(v)) for k, v in value.items())
-    if is_snapshot_mapping(
-        value
-    ):  # a UserDict: a copy, so that a measuring run's writes stay there
+    if is_snapshot_mapping(value):  # a UserDict: a measuring run's writes go to a copy
         copied = copy.copy(value)
         copied.data = {k: _detached(v) for k, v in value.items()}
         return copied

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from ...saved_memory import storage_key, top_save_hooks
+from ...saved_memory import storage_key, storage_of, top_save_hooks
 from .._runtime import _tensors
 from ..measuring.blocks import RecordedCall
 from ..measuring.calls import keep_versioned, unpack_versioned
@@ -90,9 +90,8 @@ class _OutsideSaves:
         storages are noted while those storages live (an address freed and reused names
         another tensor)."""
         for tensor in tensors:
-            local = getattr(tensor, "_local_tensor", None)  # as storage_key reads a DTensor
-            storage = (local if isinstance(local, torch.Tensor) else tensor).untyped_storage()
-            self._outputs[storage_key(tensor)] = (position, StorageWeakRef(storage))
+            reference = StorageWeakRef(storage_of(tensor))
+            self._outputs[storage_key(tensor)] = (position, reference)
 
     def _pack(self, tensor: torch.Tensor) -> Any:
         if not torch.compiler.is_compiling() and not self._inside_a_block():
