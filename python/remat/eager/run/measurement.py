@@ -36,6 +36,8 @@ class Measurement:
             memory; at most least_budget_bytes). The property plans it on first use.
         step_seconds: the measured step (forward and backward, every block checkpointed while
             it was measured, so this overstates a plain step).
+        on_cuda: the blocks ran on CUDA, where ``offload="auto"`` may offload (the table states
+            least_offload_budget_bytes there only).
     """
 
     blocks: Blocks
@@ -43,6 +45,7 @@ class Measurement:
     no_checkpoint_bytes: int
     least_budget_bytes: int
     step_seconds: float
+    on_cuda: bool = False
 
     @property
     def least_offload_budget_bytes(self) -> int:
@@ -59,8 +62,12 @@ class Measurement:
         lines = [
             f"remat.measure: {self.blocks.describe()}",
             f"  budget without checkpointing {format_bytes(self.no_checkpoint_bytes)}; least "
-            f"possible {_exactly(self.least_budget_bytes)} (with offload= "
-            f"{_exactly(self.least_offload_budget_bytes)})",
+            f"possible {_exactly(self.least_budget_bytes)}"
+            + (
+                f" (with offload= {_exactly(self.least_offload_budget_bytes)})"
+                if self.on_cuda
+                else ""
+            ),
             f"  forward of the blocks {format_seconds(p.forward_seconds)}; measured step "
             f"{format_seconds(self.step_seconds)}",
             "",
@@ -171,7 +178,12 @@ def measure(
     if made is None:
         raise ValueError(f"blocks: none of {chosen.path} was called by the model's forward")
     result = Measurement(
-        chosen, made.profile, made.no_checkpoint_bytes, made.minimum_budget_bytes, seconds
+        chosen,
+        made.profile,
+        made.no_checkpoint_bytes,
+        made.minimum_budget_bytes,
+        seconds,
+        on_cuda=any(device.type == "cuda" for device in devices),
     )
     if verbose:
         print(result.table())
