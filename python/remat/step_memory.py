@@ -6,7 +6,7 @@ optimizer state, activations, the backward's working set and temporaries.
         optimizer.step()
     meter.peak_bytes
 
-On CUDA it is what ``torch.cuda.max_memory_allocated()`` reports over the block, less nothing:
+On CUDA it is what ``torch.cuda.max_memory_allocated()`` reports over the block:
 every allocation of the process on that device counts. Elsewhere (the CPU) no allocator keeps
 such a figure, so the meter counts live tensor storages: those of the objects it is given on
 entry (modules' parameters, buffers and gradients, optimizers' state, tensors), and every
