@@ -48,13 +48,13 @@ def worker(rank: int, world: int, store: str, out: str, args: argparse.Namespace
     # The least budget: the least-memory plan on both handles (a budget between would let
     # the agreeing handle plan from the ranks' median times and the local one from its own, and
     # two plans would be compared instead of the agreement).
-    budget = measured.least_budget_bytes
+    budget = measured.least_activation_budget_bytes
     nets, plans = {}, {}
     for group in ("agreeing", "local"):
         model = copy.deepcopy(base)
         handle = rt.auto_checkpoint(  # untuned: tuning's timings would differ between handles
             model,
-            memory_budget=budget,
+            activation_budget=budget,
             plan_group=None if group == "agreeing" else "local",
             tune=False,
         )

@@ -82,11 +82,11 @@ def run_model(name: str, config: dict, device: str, dtype: torch.dtype, steps: i
     plain_seconds = statistics.median(s for s, _ in plain)
     plain_peak = max(p for _, p in plain)
     measured = rt.measure(model, x, verbose=False)
-    least, everything = measured.least_budget_bytes, measured.no_checkpoint_bytes
+    least, everything = measured.least_activation_budget_bytes, measured.no_checkpoint_bytes
     rows = []
     for fraction in (1.0, 0.5, 0.25, 0.0):
         budget = least + int(fraction * (everything - least))
-        handle = rt.auto_checkpoint(model, memory_budget=budget)
+        handle = rt.auto_checkpoint(model, activation_budget=budget)
         first = step(model, x, device)
         later = [step(model, x, device) for _ in range(steps)]
         handle.remove()

@@ -386,7 +386,7 @@ def main() -> None:
 
     run_step(model, tokens)
     measured = rt.measure(model, tokens, verbose=False)
-    least, everything = measured.least_budget_bytes, measured.no_checkpoint_bytes
+    least, everything = measured.least_activation_budget_bytes, measured.no_checkpoint_bytes
     print(measured.table())
 
     def plain_setup():
@@ -421,7 +421,7 @@ def main() -> None:
             key = (budget, granularity)
             if key not in handles:
                 handles[key] = rt.auto_checkpoint(
-                    model, memory_budget=budget, granularity=granularity
+                    model, activation_budget=budget, granularity=granularity
                 )
                 run_step(model, tokens)  # measures and plans
                 handles[key].remove()

@@ -129,7 +129,7 @@ def run(model_type: str, mode: str = "full") -> dict:
         m = remat.torch.measure(
             model, input_ids=ids, labels=ids, blocks=layers, loss_fn=lambda o: o.loss
         )
-        least, none = m.least_budget_bytes, m.no_checkpoint_bytes
+        least, none = m.least_activation_budget_bytes, m.no_checkpoint_bytes
         r["least"], r["no_ckpt"] = least, none
     except Exception as e:
         r.update(status="remat-error", stage="measure", error=_err(e), tb=_tb(e))
@@ -138,7 +138,7 @@ def run(model_type: str, mode: str = "full") -> dict:
     for label, budget in (("least", least), ("mid", (least + none) // 2)):
         handle = None
         try:
-            handle = rit.enable(model, memory_budget=budget)
+            handle = rit.enable(model, activation_budget=budget)
             got = [step_grads(model, ids, s) for s in range(2)]
         except Exception as e:
             r.update(status="remat-error", stage=f"train-{label}", error=_err(e), tb=_tb(e))

@@ -194,7 +194,7 @@ def main() -> None:
     measured = rt.measure(
         copy.deepcopy(base), ids, loss_fn=lambda out: loss_of(out, ids), verbose=False
     )
-    least, everything = measured.least_budget_bytes, measured.no_checkpoint_bytes
+    least, everything = measured.least_activation_budget_bytes, measured.no_checkpoint_bytes
     lowest = measured.least_offload_budget_bytes
     budgets = []
     for f in (float(f) for f in args.fractions.split(",")):
@@ -223,7 +223,7 @@ def main() -> None:
             model = copy.deepcopy(base)
             handles[label] = rt.auto_checkpoint(
                 model,
-                memory_budget=budget,
+                activation_budget=budget,
                 offload=offload and ("auto" if device == "cuda" else True),
             )
             configs[label] = (model, None)

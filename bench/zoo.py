@@ -240,7 +240,7 @@ def remat_at(
 ) -> dict[str, Any]:
     """remat on a fresh copy at `budget`: its first step timed, then its high-water mark."""
     model = copy.deepcopy(base)
-    handle = hf.enable(model, memory_budget=budget, granularity=granularity)
+    handle = hf.enable(model, activation_budget=budget, granularity=granularity)
     step = step_of(model, ids)
     sync(device)
     now = clock()
@@ -322,13 +322,13 @@ def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
             base,
             ids,
             target,
-            measured.least_budget_bytes,
+            measured.least_activation_budget_bytes,
             measured.no_checkpoint_bytes,
             probes,
             args.device,
         )
         if found is None:
-            least = probes[measured.least_budget_bytes]
+            least = probes[measured.least_activation_budget_bytes]
             configs[f"remat@{label}"] = {
                 "error": f"remat's least budget peaks at {least['high_water'] / 2**20:.2f} MiB"
             }
@@ -497,7 +497,9 @@ def first_steps(device: str, trials: int = FIRST_STEP_TRIALS, repeats: int = 5) 
                 model, plain = pair(zoo, zoo.attention[0])
                 model, plain = model.to(device), plain.to(device)
                 measured = adopt.measure(zoo, copy.deepcopy(model))
-                budget = (measured.least_budget_bytes + measured.no_checkpoint_bytes) // 2
+                budget = (
+                    measured.least_activation_budget_bytes + measured.no_checkpoint_bytes
+                ) // 2
                 adopt.enable(zoo, model, budget, granularity=granularity)
                 step(plain)  # warm-up
                 firsts.append(step(model))

@@ -33,7 +33,7 @@ def main(names: list[str]) -> None:
         args, kwargs = zoo.batch()
         model, plain = pair(zoo, zoo.attention[0])
         measured = adopt.measure(zoo, copy.deepcopy(model))
-        least, most = measured.least_budget_bytes, measured.no_checkpoint_bytes
+        least, most = measured.least_activation_budget_bytes, measured.no_checkpoint_bytes
         for label, budget in (("least", least), ("middle", (least + most) // 2)):
             wrapped, reference = copy.deepcopy(model), copy.deepcopy(plain)
             adopt.enable(zoo, wrapped, budget)

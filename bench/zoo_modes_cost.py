@@ -58,13 +58,13 @@ def blocks_of(name: str, hidden: int, args: argparse.Namespace) -> list[dict[str
     base = zoo_bench.build(name, sizes)
     ids = torch.randint(0, args.vocab, (args.batch, args.seq), generator=torch.Generator())
     measured = zoo_bench.measure(base, ids)
-    budget = (measured.least_budget_bytes + measured.no_checkpoint_bytes) // 2
+    budget = (measured.least_activation_budget_bytes + measured.no_checkpoint_bytes) // 2
     init = ModesCache.__init__
     ModesCache.__init__ = lambda self, shortcuts=True: init(self, False)
     ModesCache.complete = logged
     try:
         model = copy.deepcopy(base)
-        zoo_bench.hf.enable(model, memory_budget=budget)
+        zoo_bench.hf.enable(model, activation_budget=budget)
         zoo_bench.step_of(model, ids)()  # the first step profiles every block
     finally:
         ModesCache.__init__ = init

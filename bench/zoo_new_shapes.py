@@ -56,7 +56,7 @@ def measure(name: str, handles: int = 5, repeats: int = 5) -> tuple[float, float
     for _ in range(handles):
         model, _ = pair(zoo, zoo.attention[0])
         measured = adopt.measure(zoo, copy.deepcopy(model))
-        budget = (measured.least_budget_bytes + measured.no_checkpoint_bytes) // 2
+        budget = (measured.least_activation_budget_bytes + measured.no_checkpoint_bytes) // 2
         adopt.enable(zoo, model, budget, granularity="op")
         for _ in range(3):
             step(model, args, kwargs)  # the first shape: measured, planned, followed

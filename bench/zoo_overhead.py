@@ -68,10 +68,10 @@ def regions(name: str, rounds: int) -> dict[str, float]:
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, args.vocab, (args.batch, args.seq), generator=g)
     models = zoo.baselines(base)
-    least = zoo.measure(base, ids).least_budget_bytes
+    least = zoo.measure(base, ids).least_activation_budget_bytes
     steps = {k: zoo.step_of(models[k], ids) for k in ("plain", "hf_gradient_checkpointing")}
     model = copy.deepcopy(base)
-    handle = hf.enable(model, memory_budget=least, granularity="block")
+    handle = hf.enable(model, activation_budget=least, granularity="block")
     steps["remat"] = zoo.step_of(model, ids)
     steps["remat"]()
     assert len(handle.plan.regions) == args.layers, handle.plan.regions
@@ -107,7 +107,9 @@ def first_step(trials: int) -> dict[str, float]:
             for _ in range(trials):
                 model, plain = pair(zoo, zoo.attention[0])
                 measured = adopt.measure(zoo, copy.deepcopy(model))
-                budget = (measured.least_budget_bytes + measured.no_checkpoint_bytes) // 2
+                budget = (
+                    measured.least_activation_budget_bytes + measured.no_checkpoint_bytes
+                ) // 2
                 adopt.enable(zoo, model, budget, granularity="op")
                 step(plain)
                 firsts.append(step(model))

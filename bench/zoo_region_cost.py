@@ -49,7 +49,7 @@ def main() -> None:
     measured = zoo_bench.measure(base, ids)
     model = copy.deepcopy(base)
     handle = zoo_bench.hf.enable(
-        model, memory_budget=measured.least_budget_bytes, granularity="block"
+        model, activation_budget=measured.least_activation_budget_bytes, granularity="block"
     )
     runs = {
         "plain": models["plain"],

@@ -7,7 +7,8 @@ optimizer state, activations, the backward's working set and temporaries.
     meter.peak_bytes
 
 On CUDA it is what ``torch.cuda.max_memory_allocated()`` reports over the block:
-every allocation of the process on that device counts. Elsewhere (the CPU) no allocator keeps
+every allocation of the process on that device counts. (remat's own measuring of a step's parts
+resets that statistic; the meter keeps the peaks it reset.) Elsewhere (the CPU) no allocator keeps
 such a figure, so the meter counts live tensor storages: those of the objects it is given on
 entry (modules' parameters, buffers and gradients, optimizers' state, tensors), and every
 storage an op creates while it is active (a dispatch mode sees each op's outputs, in forward,
@@ -49,6 +50,7 @@ class _LiveStorages(TorchDispatchMode):
         self._alive: dict[int, tuple[int, Any]] = {}
         self.current = 0
         self.peak = 0
+        self.counting = True  # False: passes ops through (releases are still counted)
 
     def hold(self, storage: torch.UntypedStorage) -> None:
         if storage.device.type != self._device_type:
@@ -69,8 +71,9 @@ class _LiveStorages(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
-        for storage in _storages(out):
-            self.hold(storage)
+        if self.counting:
+            for storage in _storages(out):
+                self.hold(storage)
         return out
 
 
@@ -95,6 +98,28 @@ def _held_tensors(objects: tuple[Any, ...]) -> list[torch.Tensor]:
         else:
             found.extend(t for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor))
     return found
+
+
+# The CUDA meters now open, by device: remat's own measuring resets the allocator's peak
+# statistic (reset_cuda_peak), and hands each open meter the peak it discarded.
+_open_cuda_meters: dict[torch.device, list["StepMemoryMeter"]] = {}
+
+
+def _indexed(device: torch.device) -> torch.device:
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def reset_cuda_peak(device: torch.device) -> int:
+    """Reads and resets the allocator's peak statistic on `device`, for remat's measuring of a
+    step's parts; open meters keep the peak it discarded. Returns that peak."""
+    device = _indexed(device)
+    peak = torch.cuda.max_memory_allocated(device)
+    for meter in _open_cuda_meters.get(device, ()):
+        meter._discarded = max(meter._discarded, peak)
+    torch.cuda.reset_peak_memory_stats(device)
+    return peak
 
 
 class StepMemoryMeter:
@@ -122,16 +147,19 @@ class StepMemoryMeter:
         if device is None:
             tensors = _held_tensors(held)
             device = tensors[0].device if tensors else torch.device("cpu")
-        self.device = torch.device(device)
+        self.device = _indexed(torch.device(device))
         self.peak_bytes = 0
         self.start_bytes = 0
         self._mode: _LiveStorages | None = None
+        self._discarded = 0  # CUDA: the peak remat's measuring reset while open
 
     def __enter__(self) -> "StepMemoryMeter":
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
             self.start_bytes = torch.cuda.memory_allocated(self.device)
+            self._discarded = 0
+            _open_cuda_meters.setdefault(self.device, []).append(self)
             return self
         self._mode = _LiveStorages(self.device.type)
         for tensor in _held_tensors(self._held):
@@ -144,7 +172,8 @@ class StepMemoryMeter:
     def __exit__(self, *exc: Any) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-            self.peak_bytes = torch.cuda.max_memory_allocated(self.device)
+            self.peak_bytes = max(torch.cuda.max_memory_allocated(self.device), self._discarded)
+            _open_cuda_meters[self.device].remove(self)
             return
         assert self._mode is not None
         self._mode.__exit__(*exc)

@@ -58,7 +58,10 @@ def _budget(model: nn.Module, x: torch.Tensor) -> int:
     import remat.torch as rt
 
     m = rt.measure(copy.deepcopy(model), x, verbose=False, plan_group="local")
-    return m.least_budget_bytes + (m.no_checkpoint_bytes - m.least_budget_bytes) // 3
+    return (
+        m.least_activation_budget_bytes
+        + (m.no_checkpoint_bytes - m.least_activation_budget_bytes) // 3
+    )
 
 
 def _write(out: str, rank: int, payload: dict) -> None:
@@ -166,7 +169,7 @@ def _ddp_worker(rank, world, store, out, slow_rank):
     budget = max(dist_all(_budget(base, x)))  # one budget for all ranks
     plain = DDP(copy.deepcopy(base))
     model = DDP(copy.deepcopy(base))
-    handle = rt.auto_checkpoint(model.module, memory_budget=budget)
+    handle = rt.auto_checkpoint(model.module, activation_budget=budget)
     if rank == slow_rank:
         model.module.layers[2].slow = 0.03  # slow while it measures
     grads_equal, plans = True, []
@@ -200,7 +203,7 @@ def _changing_shapes_worker(rank, world, store, out, batches, mode):
             return rt.checkpoint_sequential(layers, x, memory_budget=budget)
 
     else:  # per-block plans (Net) or a stock nn.Sequential's chain plan
-        handle = rt.auto_checkpoint(model.module, memory_budget=budget)
+        handle = rt.auto_checkpoint(model.module, activation_budget=budget)
         forward = model
     grads_equal, plans, peaks = True, [], []
     for step, batch in enumerate(batches[rank]):
@@ -295,7 +298,7 @@ def _ddp_offload_worker(rank, world, store, out):
     plain = DDP(copy.deepcopy(base))
     model = DDP(copy.deepcopy(base))
     # No bandwidth given: each rank measures its own, and all plan with the least.
-    handle = rt.auto_checkpoint(model.module, memory_budget=budget, offload=True)
+    handle = rt.auto_checkpoint(model.module, activation_budget=budget, offload=True)
     grads_equal = True
     for _step in range(3):
         for net in (plain, model):
@@ -362,12 +365,14 @@ def _selective_uneven_worker(rank, world, store, out):
     plain = DDP(copy.deepcopy(base))
     results = []
     for fraction in (0.2, 0.3, 0.4, 0.5, 0.6, 0.8):  # where op-level options win depends on timing
-        local = m.least_budget_bytes + int(
-            (m.no_checkpoint_bytes - m.least_budget_bytes) * fraction
+        local = m.least_activation_budget_bytes + int(
+            (m.no_checkpoint_bytes - m.least_activation_budget_bytes) * fraction
         )
         budget = max(dist_all(local))  # one budget, that the largest rank can meet
         model = DDP(copy.deepcopy(base))
-        handle = rt.auto_checkpoint(model.module, blocks=list(model.module), memory_budget=budget)
+        handle = rt.auto_checkpoint(
+            model.module, blocks=list(model.module), activation_budget=budget
+        )
         peaks = []
         for _step in range(2):
             for net in (plain, model):
@@ -428,7 +433,7 @@ def _fsdp_worker(rank, world, store, out):
         return model
 
     plain, model = sharded(copy.deepcopy(base)), copy.deepcopy(base)
-    handle = rt.auto_checkpoint(model, memory_budget=budget)  # before sharding, as torchtitan
+    handle = rt.auto_checkpoint(model, activation_budget=budget)  # before sharding, as torchtitan
     model = sharded(model)
     equal, plans = True, []
     for _step in range(2):
@@ -493,7 +498,7 @@ def _hf_fsdp_worker(rank, world, store, out):
         blocks="model.layers",
         plan_group="local",
     )
-    least, most = measured.least_budget_bytes, measured.no_checkpoint_bytes
+    least, most = measured.least_activation_budget_bytes, measured.no_checkpoint_bytes
     budget = max(dist_all(least + (most - least) // 3))
 
     def sharded(model):
@@ -503,7 +508,7 @@ def _hf_fsdp_worker(rank, world, store, out):
         return model
 
     plain, model = sharded(copy.deepcopy(base)), copy.deepcopy(base)
-    handle = hf.enable(model, memory_budget=budget)
+    handle = hf.enable(model, activation_budget=budget)
     model = sharded(model)
     equal, plans = True, []
     for step in range(2):
@@ -549,7 +554,10 @@ def _fsdp_chain_worker(rank, world, store, out):
     x = torch.randn(8, 32) + rank
     m = rt.measure(copy.deepcopy(base.body), base.inp(x), verbose=False, plan_group="local")
     budget = max(
-        dist_all(m.least_budget_bytes + (m.no_checkpoint_bytes - m.least_budget_bytes) // 3)
+        dist_all(
+            m.least_activation_budget_bytes
+            + (m.no_checkpoint_bytes - m.least_activation_budget_bytes) // 3
+        )
     )
 
     def sharded(model):
@@ -558,7 +566,7 @@ def _fsdp_chain_worker(rank, world, store, out):
         return fully_shard(model)
 
     plain, model = sharded(copy.deepcopy(base)), copy.deepcopy(base)
-    handle = rt.auto_checkpoint(model, memory_budget=budget, blocks="body")  # a chain: tuned
+    handle = rt.auto_checkpoint(model, activation_budget=budget, blocks="body")  # a chain: tuned
     model = sharded(model)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -656,11 +664,14 @@ def _pipeline_worker(rank, world, store, out, microbatches):
         verbose=False,
         plan_group="local",
     )
-    per_microbatch = m.least_budget_bytes + (m.no_checkpoint_bytes - m.least_budget_bytes) // 4
+    per_microbatch = (
+        m.least_activation_budget_bytes
+        + (m.no_checkpoint_bytes - m.least_activation_budget_bytes) // 4
+    )
     budget = microbatches * per_microbatch
     handle = rt.auto_checkpoint(
         stage_module,
-        memory_budget=budget,
+        activation_budget=budget,
         microbatches_in_flight=microbatches,
         plan_group="local",  # each stage plans its own layers
     )

@@ -79,7 +79,7 @@ def test_blocks_of_one_kind_are_recorded_and_their_modes_measured_once(monkeypat
     measured = rt.measure(copy.deepcopy(model), x, blocks="layers", verbose=False)
     modes[0] = recorded[0] = recorded_later[0] = 0
     rt.auto_checkpoint(
-        model, memory_budget=measured.no_checkpoint_bytes - 1, blocks="layers", granularity="op"
+        model, activation_budget=measured.no_checkpoint_bytes - 1, blocks="layers", granularity="op"
     )
     _steps_equal(model, plain, x, 3)
     # The first block records its ops in its region's forward and calibrates the modes. Its
@@ -101,7 +101,7 @@ def test_a_step_for_new_shapes_reuses_the_modes_measured_for_the_same_ops(monkey
     short, long = torch.randn(8, 16, 32), torch.randn(8, 24, 32)
     measured = rt.measure(copy.deepcopy(model), short, blocks="layers", verbose=False)
     handle = rt.auto_checkpoint(
-        model, memory_budget=measured.no_checkpoint_bytes - 1, blocks="layers", granularity="op"
+        model, activation_budget=measured.no_checkpoint_bytes - 1, blocks="layers", granularity="op"
     )
     modes = _counting(monkeypatch, measure_ops, "measure_modes")
     _steps_equal(model, plain, short, 2)
@@ -293,7 +293,10 @@ def test_a_chain_is_tuned_on_the_steps_after_the_first_and_each_step_is_exact(mo
     monkeypatch.setattr(tuning, "_time_step", no_timing_in_a_step)
     measured = rt.measure(copy.deepcopy(model), x, blocks="body", verbose=False)
     handle = rt.auto_checkpoint(
-        model, memory_budget=measured.no_checkpoint_bytes - 1, blocks="body", granularity="block"
+        model,
+        activation_budget=measured.no_checkpoint_bytes - 1,
+        blocks="body",
+        granularity="block",
     )
     peaks = []
     for step in range(8):

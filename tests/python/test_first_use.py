@@ -25,7 +25,7 @@ def test_a_budget_given_as_the_solver_says_where_a_budget_goes():
 
 def test_a_function_is_refused_as_a_model_by_type():
     with pytest.raises(TypeError, match="model: expected an nn.Module .* got function"):
-        rt.auto_checkpoint(lambda t: t, memory_budget="1GiB")
+        rt.auto_checkpoint(lambda t: t, activation_budget="1GiB")
     with pytest.raises(TypeError, match="got function"):
         rt.measure(lambda t: t, torch.ones(2))
 
@@ -68,7 +68,7 @@ def test_blocks_called_outside_forward_warn_once_for_the_whole_call():
             return x
 
     model = Model()
-    handle = rt.auto_checkpoint(model, memory_budget="1GiB")
+    handle = rt.auto_checkpoint(model, activation_budget="1GiB")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model.encode(torch.randn(2, 8)).sum().backward()  # 4 blocks outside the model's call
@@ -94,7 +94,7 @@ def test_measure_drops_a_default_cache_quietly_and_auto_checkpoint_names_the_cal
         warnings.simplefilter("always")
         rt.measure(model, *args, **kwargs, loss_fn=zoo.loss)
         assert not [w for w in caught if "remat" in str(w.message)]
-        rt.auto_checkpoint(model, memory_budget="1GiB", blocks=list(model.transformer.h))
+        rt.auto_checkpoint(model, activation_budget="1GiB", blocks=list(model.transformer.h))
         zoo.loss(model(*args, **kwargs)).backward()
     ours = [w for w in caught if "remat" in str(w.message)]
     assert len(ours) == 1 and str(ours[0].message).startswith("remat.auto_checkpoint: GPT2Block")

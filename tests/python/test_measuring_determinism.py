@@ -46,8 +46,8 @@ found = {}
 for norm_between in (False, True):
     torch.manual_seed(0)
     model, x = Residual(norm_between), torch.randn(16, 64, 64)
-    least = rt.measure(model, x, verbose=False).least_budget_bytes
-    handle = rt.auto_checkpoint(model, memory_budget=least)
+    least = rt.measure(model, x, verbose=False).least_activation_budget_bytes
+    handle = rt.auto_checkpoint(model, activation_budget=least)
     try:
         model(x).backward()
         plan = handle.plan

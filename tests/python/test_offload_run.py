@@ -139,13 +139,13 @@ def _case(name):
 @pytest.mark.parametrize("fraction", [0.0, 0.3, 0.6])
 def test_offload_plans_train_bit_for_bit_within_the_prediction(name, fraction):
     model, plain, batch, loss_fn, measured = _case(name)
-    least, everything = measured.least_budget_bytes, measured.no_checkpoint_bytes
+    least, everything = measured.least_activation_budget_bytes, measured.no_checkpoint_bytes
     budget = least + int(fraction * (everything - least))
     want = _train(plain, batch, loss_fn)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no remat warning
         handle = rt.auto_checkpoint(
-            model, memory_budget=budget, offload=True, offload_bandwidth=FAST
+            model, activation_budget=budget, offload=True, offload_bandwidth=FAST
         )
         got = _train(model, batch, loss_fn, meter=True)
     _check_exact(got, want)
@@ -160,10 +160,10 @@ def test_an_offload_plan_is_cheaper_than_re_running_at_the_same_budget():
     torch.manual_seed(3)
     model, batch = Net(), torch.randn(16, 32)
     measured = rt.measure(copy.deepcopy(model), batch, verbose=False)
-    budget = (3 * measured.least_budget_bytes + measured.no_checkpoint_bytes) // 4
-    kept = rt.auto_checkpoint(copy.deepcopy(model), memory_budget=budget)
+    budget = (3 * measured.least_activation_budget_bytes + measured.no_checkpoint_bytes) // 4
+    kept = rt.auto_checkpoint(copy.deepcopy(model), activation_budget=budget)
     offloading = rt.auto_checkpoint(
-        model, memory_budget=budget, offload=True, offload_bandwidth=FAST
+        model, activation_budget=budget, offload=True, offload_bandwidth=FAST
     )
     for m in (kept.model, model):
         m(batch).sum().backward()
@@ -241,8 +241,10 @@ def test_outputs_a_block_saves_but_does_not_pass_on_keep_it_from_being_offloaded
     model, batch = Model(), torch.randn(8, 16)
     plain = copy.deepcopy(model)
     measured = rt.measure(copy.deepcopy(model), batch, verbose=False)
-    budget = (measured.least_budget_bytes + measured.no_checkpoint_bytes) // 2
-    handle = rt.auto_checkpoint(model, memory_budget=budget, offload=True, offload_bandwidth=FAST)
+    budget = (measured.least_activation_budget_bytes + measured.no_checkpoint_bytes) // 2
+    handle = rt.auto_checkpoint(
+        model, activation_budget=budget, offload=True, offload_bandwidth=FAST
+    )
     loss_fn = lambda out: out.sum()  # noqa: E731
     want = _train(plain, batch, loss_fn)
     got = _train(model, batch, loss_fn, meter=True)
@@ -258,19 +260,19 @@ def test_outputs_a_block_saves_but_does_not_pass_on_keep_it_from_being_offloaded
 def test_offload_settings_are_checked_where_they_are_given():
     model = Net()
     with pytest.raises(ValueError, match="offload: expected False, 'auto' or True"):
-        rt.auto_checkpoint(model, memory_budget="1GiB", offload="yes")
+        rt.auto_checkpoint(model, activation_budget="1GiB", offload="yes")
     for bandwidth in ("fast", "0GB/s", float("inf")):
         with pytest.raises(ValueError, match="offload_bandwidth"):
             rt.auto_checkpoint(
-                model, memory_budget="1GiB", offload=True, offload_bandwidth=bandwidth
+                model, activation_budget="1GiB", offload=True, offload_bandwidth=bandwidth
             )
     with pytest.raises(ValueError, match="host_budget"):
-        rt.auto_checkpoint(model, memory_budget="1GiB", offload=True, host_budget="lots")
+        rt.auto_checkpoint(model, activation_budget="1GiB", offload=True, host_budget="lots")
     with pytest.raises(ValueError, match="microbatches_in_flight"):
-        rt.auto_checkpoint(model, memory_budget="1GiB", offload=True, microbatches_in_flight=2)
+        rt.auto_checkpoint(model, activation_budget="1GiB", offload=True, microbatches_in_flight=2)
     chain = nn.Sequential(*(Block() for _ in range(3)))
     with pytest.raises(ValueError, match=r"stock nn.Sequential.*blocks=list\(model\)\)"):
-        rt.auto_checkpoint(chain, memory_budget="1GiB", offload=True)
+        rt.auto_checkpoint(chain, activation_budget="1GiB", offload=True)
 
 
 def _offloading_net():
@@ -278,8 +280,10 @@ def _offloading_net():
     torch.manual_seed(3)
     model, batch = Net(), torch.randn(16, 32)
     measured = rt.measure(copy.deepcopy(model), batch, verbose=False)
-    budget = (measured.least_budget_bytes + measured.no_checkpoint_bytes) // 3
-    handle = rt.auto_checkpoint(model, memory_budget=budget, offload=True, offload_bandwidth=FAST)
+    budget = (measured.least_activation_budget_bytes + measured.no_checkpoint_bytes) // 3
+    handle = rt.auto_checkpoint(
+        model, activation_budget=budget, offload=True, offload_bandwidth=FAST
+    )
     model(batch).sum().backward()
     assert handle.plan.offloaded
     return model, batch, handle
@@ -297,14 +301,14 @@ def test_auto_offloads_only_on_cuda_and_a_host_budget_bounds_the_host_bytes():
     torch.manual_seed(3)
     model, batch = Net(), torch.randn(16, 32)
     measured = rt.measure(copy.deepcopy(model), batch, verbose=False)
-    budget = (3 * measured.least_budget_bytes + measured.no_checkpoint_bytes) // 4
+    budget = (3 * measured.least_activation_budget_bytes + measured.no_checkpoint_bytes) // 4
     auto = rt.auto_checkpoint(
-        copy.deepcopy(model), memory_budget=budget, offload="auto", offload_bandwidth=FAST
+        copy.deepcopy(model), activation_budget=budget, offload="auto", offload_bandwidth=FAST
     )
     auto.model(batch).sum().backward()
     assert auto.plan.offload is None  # the CPU has no host memory apart from its own
     bounded = rt.auto_checkpoint(
-        model, memory_budget=budget, offload=True, offload_bandwidth=FAST, host_budget=30_000
+        model, activation_budget=budget, offload=True, offload_bandwidth=FAST, host_budget=30_000
     )
     model(batch).sum().backward()
     saved = {layer.saved_bytes for layer in bounded.plan.profile.layers}
@@ -318,9 +322,9 @@ def test_moving_region_inputs_trains_below_the_least_peak_of_keep_and_recompute(
     """A region's input (the previous block's output) may go to host memory too: that is what
     goes below full checkpointing's peak, the least keep/recompute reaches."""
     model, plain, batch, loss_fn, measured = _case(name)
-    least = measured.least_budget_bytes
+    least = measured.least_activation_budget_bytes
     probe = rt.auto_checkpoint(
-        copy.deepcopy(model), memory_budget=least, offload=True, offload_bandwidth=FAST
+        copy.deepcopy(model), activation_budget=least, offload=True, offload_bandwidth=FAST
     )
     probe.model(batch)
     lower = probe.plan.minimum_budget_bytes
@@ -330,7 +334,7 @@ def test_moving_region_inputs_trains_below_the_least_peak_of_keep_and_recompute(
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         handle = rt.auto_checkpoint(
-            model, memory_budget=budget, offload=True, offload_bandwidth=FAST
+            model, activation_budget=budget, offload=True, offload_bandwidth=FAST
         )
         got = _train(model, batch, loss_fn, meter=True)
     _check_exact(got, want)
@@ -340,7 +344,7 @@ def test_moving_region_inputs_trains_below_the_least_peak_of_keep_and_recompute(
     assert " i" in str(plan)
     with pytest.raises(remat.InputError, match="least peak"):
         rt.auto_checkpoint(
-            copy.deepcopy(plain), memory_budget=lower - 1, offload=True, offload_bandwidth=FAST
+            copy.deepcopy(plain), activation_budget=lower - 1, offload=True, offload_bandwidth=FAST
         ).model(batch)
 
 
@@ -358,7 +362,7 @@ def test_an_input_the_model_keeps_elsewhere_is_reported_when_moving_it_frees_not
     measured = rt.measure(copy.deepcopy(model), batch, verbose=False)
     handle = rt.auto_checkpoint(
         model,
-        memory_budget=measured.least_budget_bytes - 1,
+        activation_budget=measured.least_activation_budget_bytes - 1,
         offload=True,
         offload_bandwidth=FAST,
     )
@@ -386,8 +390,10 @@ def test_a_storage_held_elsewhere_keeps_its_version_check_and_is_reported_with_i
     model.layers = nn.ModuleList(KeepsItsHidden() for _ in range(6))
     batch = torch.randn(16, 32)
     measured = rt.measure(copy.deepcopy(model), batch, verbose=False)
-    budget = (measured.least_budget_bytes + measured.no_checkpoint_bytes) // 2
-    handle = rt.auto_checkpoint(model, memory_budget=budget, offload=True, offload_bandwidth=FAST)
+    budget = (measured.least_activation_budget_bytes + measured.no_checkpoint_bytes) // 2
+    handle = rt.auto_checkpoint(
+        model, activation_budget=budget, offload=True, offload_bandwidth=FAST
+    )
     model(batch).sum().backward()
     assert handle.plan.offloaded
     with pytest.warns(RuntimeWarning, match=r"8 KiB it sends to host memory is still referenced"):
@@ -410,11 +416,11 @@ def test_autocast_weight_casts_stay_and_their_layers_are_not_offloaded():
     model, batch = Autocast(), torch.randn(16, 32)
     plain = copy.deepcopy(model)
     measured = rt.measure(copy.deepcopy(model), batch, verbose=False)
-    budget = (measured.least_budget_bytes + measured.no_checkpoint_bytes) // 2
+    budget = (measured.least_activation_budget_bytes + measured.no_checkpoint_bytes) // 2
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         handle = rt.auto_checkpoint(
-            model, memory_budget=budget, offload=True, offload_bandwidth=FAST
+            model, activation_budget=budget, offload=True, offload_bandwidth=FAST
         )
         got = _train(model, batch, lambda out: out.sum())
     _check_exact(got, _train(plain, batch, lambda out: out.sum()))

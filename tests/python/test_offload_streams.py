@@ -193,12 +193,14 @@ def _offloading_run(name: str, below_least: bool):
     """A model of CASES[name] trained with offload=True where it offloads blocks, or below
     keep/recompute's least peak where it moves regions' inputs; and its plain twin's run."""
     model, plain, batch, loss_fn, measured = _case(name)
-    least, lowest = measured.least_budget_bytes, measured.least_offload_budget_bytes
+    least, lowest = measured.least_activation_budget_bytes, measured.least_offload_budget_bytes
     if below_least:
         budget = (lowest + least) // 2
     else:
         budget = least + (measured.no_checkpoint_bytes - least) // 3
-    handle = rt.auto_checkpoint(model, memory_budget=budget, offload=True, offload_bandwidth=FAST)
+    handle = rt.auto_checkpoint(
+        model, activation_budget=budget, offload=True, offload_bandwidth=FAST
+    )
     got = _train(model, batch, loss_fn, meter=True)
     return handle.plan, got, _train(plain, batch, loss_fn)
 

@@ -267,7 +267,7 @@ def test_layers_that_cast_weights_under_autocast_get_no_selective_options():
     model = nn.Module()
     model.block = block
     model.forward = lambda x: block(torch.tanh(block(x)))  # one block, called twice
-    handle = remat_eager.auto_checkpoint(model, memory_budget=2**30, blocks=[block])
+    handle = remat_eager.auto_checkpoint(model, activation_budget=2**30, blocks=[block])
     with torch.autocast("cpu", torch.bfloat16):
         model(torch.randn(8, 16)).float().sum().backward()
     assert len(handle.plan.profile.layers) == 2
@@ -403,13 +403,13 @@ def test_auto_checkpoint_passes_granularity_on(monkeypatch):
     torch.manual_seed(0)
     model, _, tokens = models.make_llama(depth=4, width=64, heads=4, seq=32, batch=2)
     measured = rt.measure(model, tokens, verbose=False)
-    least, everything = measured.least_budget_bytes, measured.no_checkpoint_bytes
+    least, everything = measured.least_activation_budget_bytes, measured.no_checkpoint_bytes
     selective_regions = {}
     for granularity in ("block", "op"):
         count = 0
         for fraction in (0.6, 0.35, 0.15):
             budget = least + int(fraction * (everything - least))
-            handle = rt.auto_checkpoint(model, memory_budget=budget, granularity=granularity)
+            handle = rt.auto_checkpoint(model, activation_budget=budget, granularity=granularity)
             assert handle.granularity == granularity
             models.loss(model(tokens)).backward()
             count += len(handle.plan.contexts())
@@ -417,7 +417,7 @@ def test_auto_checkpoint_passes_granularity_on(monkeypatch):
         selective_regions[granularity] = count
     assert selective_regions["block"] == 0 and selective_regions["op"] > 0, selective_regions
     with pytest.raises(ValueError):
-        rt.auto_checkpoint(model, memory_budget="1GiB", granularity="ops")
+        rt.auto_checkpoint(model, activation_budget="1GiB", granularity="ops")
 
 
 @pytest.mark.parametrize("compiled", ["blocks", "model"])
@@ -445,7 +445,7 @@ def test_op_level_plans_under_torch_compile(compiled, monkeypatch):
     torch.manual_seed(0)
     model, blocks, tokens = models.make_llama(depth=4, width=64, heads=4, seq=32, batch=2)
     measured = rt.measure(model, tokens, verbose=False)
-    least, everything = measured.least_budget_bytes, measured.no_checkpoint_bytes
+    least, everything = measured.least_activation_budget_bytes, measured.no_checkpoint_bytes
     budget = least + int(0.35 * (everything - least))
     params = list(model.parameters())
 
@@ -481,7 +481,7 @@ def test_op_level_plans_under_torch_compile(compiled, monkeypatch):
     backend = aot_autograd(fw_compiler=boxed_nop, bw_compiler=boxed_nop, partition_fn=partition)
     torch._dynamo.reset()
     counters.clear()
-    handle = rt.auto_checkpoint(model, memory_budget=budget, granularity="op")
+    handle = rt.auto_checkpoint(model, activation_budget=budget, granularity="op")
     originals = list(blocks)
     if compiled == "blocks":
         for i, block in enumerate(originals):
@@ -550,7 +550,7 @@ def test_blocks_compiled_one_by_one_past_the_recompile_limit_are_said_to_run_eag
     model = nn.Module()
     model.layers = nn.ModuleList(nn.Linear(8, 8) for _ in range(limit + 2))
     model.forward = lambda x: [x := torch.tanh(layer(x)) for layer in model.layers][-1]
-    handle = remat_eager.auto_checkpoint(model, memory_budget=2**30, blocks=list(model.layers))
+    handle = remat_eager.auto_checkpoint(model, activation_budget=2**30, blocks=list(model.layers))
     for i, layer in enumerate(model.layers):
         model.layers[i] = torch.compile(layer, backend="eager")
     model(torch.randn(4, 8)).sum().backward()
@@ -572,7 +572,7 @@ def test_a_model_compiled_before_its_first_step_is_traced_whole_afterwards():
     reference(x).sum().backward()
     torch._dynamo.reset()
     counters.clear()
-    handle = remat_eager.auto_checkpoint(model, memory_budget=2**30)
+    handle = remat_eager.auto_checkpoint(model, activation_budget=2**30)
     compiled = torch.compile(model, backend="aot_eager")
     try:
         new_graphs = []

@@ -80,8 +80,8 @@ def test_layers_that_store_and_reuse_through_a_mapping_train_bit_for_bit(mapping
     model = KVSharing(mapping)
     plain = copy.deepcopy(model)
     x = torch.randn(4, 16, 32)
-    least = rt.measure(model, x, verbose=False).least_budget_bytes
-    handle = rt.auto_checkpoint(model, memory_budget=least)
+    least = rt.measure(model, x, verbose=False).least_activation_budget_bytes
+    handle = rt.auto_checkpoint(model, activation_budget=least)
     for _ in range(3):
         with rt.SavedTensorMeter(model) as meter:
             model(x).backward()
@@ -130,7 +130,7 @@ def test_what_a_snapshot_cannot_replay_is_still_refused_naming_the_argument(bloc
             return x.sum()
 
     model = Model()
-    rt.auto_checkpoint(model, memory_budget="1GiB", blocks=list(model.layers))
+    rt.auto_checkpoint(model, activation_budget="1GiB", blocks=list(model.layers))
     with pytest.raises(ChangesItsArgument, match=f"changed its argument {name} during its call"):
         model(torch.randn(2, 8)).backward()
 
@@ -198,7 +198,7 @@ def test_every_gemma4_type_trains_through_enable_bit_for_bit(kind, kv_shared_lay
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        handle = hf.enable(model, memory_budget=measured.least_budget_bytes)
+        handle = hf.enable(model, activation_budget=measured.least_activation_budget_bytes)
         for step in range(2):
             for net in (model, plain):
                 net.zero_grad(set_to_none=True)

@@ -39,7 +39,7 @@ def test_the_step_peak_agrees_with_torchs_mem_tracker_on_the_zoo(name, remat):
     args, kwargs = zoo.batch()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     if remat:
-        least = adopt.measure(zoo, model).least_budget_bytes
+        least = adopt.measure(zoo, model).least_activation_budget_bytes
         adopt.enable(zoo, model, least)
     for _ in range(2):  # the first step creates the optimizer's state
         tracker = MemTracker()

@@ -84,14 +84,14 @@ def test_enable_finds_each_familys_blocks_and_trains_bit_for_bit(family):
     model.train()
     plain = copy.deepcopy(model)
     x = torch.randn(2, 3, 32, 32)
-    handle = remat_timm.enable(model, memory_budget=1)  # below any plan: refused at step 0
+    handle = remat_timm.enable(model, activation_budget=1)  # below any plan: refused at step 0
     with pytest.raises(Exception, match="memory_budget"):
         model(x).sum().backward()
     handle.remove()
     model.zero_grad(set_to_none=True)
     # The least budget: the plan must re-run blocks.
-    least = remat.torch.measure(model, x, blocks=found, verbose=False).least_budget_bytes
-    handle = remat_timm.enable(model, memory_budget=least)
+    least = remat.torch.measure(model, x, blocks=found, verbose=False).least_activation_budget_bytes
+    handle = remat_timm.enable(model, activation_budget=least)
     for _ in range(2):
         torch.manual_seed(1)
         model(x).square().mean().backward()

@@ -111,7 +111,7 @@ def test_a_torch_that_does_not_report_its_save_hooks_names_what_needs_them(monke
     model.layers = nn.ModuleList(nn.Linear(8, 8) for _ in range(3))
     model.forward = lambda x: [x := layer(x) for layer in model.layers][-1]
     for call in (
-        lambda: rt.auto_checkpoint(model, memory_budget="1GiB", blocks=list(model.layers)),
+        lambda: rt.auto_checkpoint(model, activation_budget="1GiB", blocks=list(model.layers)),
         lambda: rt.measure(model, torch.randn(2, 8), blocks=list(model.layers), verbose=False),
     ):
         with pytest.raises(
@@ -119,6 +119,6 @@ def test_a_torch_that_does_not_report_its_save_hooks_names_what_needs_them(monke
         ):
             call()
     chain = nn.Sequential(*(nn.Linear(8, 8) for _ in range(3)))
-    handle = rt.auto_checkpoint(chain, memory_budget="1GiB")  # a chain: measured on its own
+    handle = rt.auto_checkpoint(chain, activation_budget="1GiB")  # a chain: measured on its own
     chain(torch.randn(2, 8)).sum().backward()
     assert handle.plan is not None

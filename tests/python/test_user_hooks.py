@@ -132,7 +132,7 @@ def test_a_users_hook_sees_what_plain_training_keeps_on_every_step(kind):
     expected = _Counting()
     _step(plain, loss_fn, expected)
     assert expected.calls > 0
-    handle = rt.auto_checkpoint(model, memory_budget="1GiB")
+    handle = rt.auto_checkpoint(model, activation_budget="1GiB")
     for step in range(3):
         hooks = _Counting()
         grads = _step(model, loss_fn, hooks)
@@ -158,7 +158,7 @@ def _under_remat_and_plain(kind: str):
     torch.manual_seed(0)
     model, _, loss_fn = MODELS[kind]()
     plain = copy.deepcopy(model)
-    rt.auto_checkpoint(model, memory_budget="1GiB")
+    rt.auto_checkpoint(model, activation_budget="1GiB")
     return model, plain, loss_fn
 
 

@@ -54,7 +54,7 @@ def test_zoo_model_offloads_bit_for_bit_within_its_budget(name):
     zoo = ZOO[name]
     model, plain = pair(zoo, zoo.attention[0])
     measured = adopt.measure(zoo, model)
-    least, everything = measured.least_budget_bytes, measured.no_checkpoint_bytes
+    least, everything = measured.least_activation_budget_bytes, measured.no_checkpoint_bytes
     budget = least + int(0.6 * (everything - least))
     expected = train(zoo, plain)
     with warnings.catch_warnings(record=True) as caught:
@@ -73,7 +73,7 @@ def test_zoo_model_trains_bit_for_bit_within_its_budget(name, attention, fractio
     zoo = ZOO[name]
     model, plain = pair(zoo, attention)
     measured = adopt.measure(zoo, model)
-    least, everything = measured.least_budget_bytes, measured.no_checkpoint_bytes
+    least, everything = measured.least_activation_budget_bytes, measured.no_checkpoint_bytes
     budget = least + int(fraction * (everything - least))
     expected = train(zoo, plain)
     with warnings.catch_warnings(record=True) as caught:
@@ -94,7 +94,7 @@ def test_a_default_cache_is_dropped_with_a_warning_that_names_it(name):
     zoo = ZOO[name]
     model, plain = pair(zoo, "sdpa")
     blocks = adopt.block_list(zoo, model)
-    handle = rt.auto_checkpoint(model, memory_budget="1GiB", blocks=blocks)
+    handle = rt.auto_checkpoint(model, activation_budget="1GiB", blocks=blocks)
     expected = train(zoo, plain)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -115,13 +115,13 @@ def test_the_integrations_find_both_stacks_and_refuse_the_library_checkpointing(
         warnings.simplefilter("ignore")  # gradient_checkpointing_enable is deprecated in 5.x
         llama.gradient_checkpointing_enable()
     with pytest.raises(ValueError, match=r"model\.activation_checkpointing_disable\(\)"):
-        remat.integrations.transformers.enable(llama, memory_budget="1GiB")
+        remat.integrations.transformers.enable(llama, activation_budget="1GiB")
     with pytest.raises(ValueError, match="GradientCheckpointingLayer"):
-        remat.integrations.transformers.enable(torch.nn.Linear(2, 2), memory_budget="1GiB")
+        remat.integrations.transformers.enable(torch.nn.Linear(2, 2), activation_budget="1GiB")
     vit = ZOO["vit"].build("default")
     vit.set_grad_checkpointing(True)
     with pytest.raises(ValueError, match="set_grad_checkpointing"):
-        remat.integrations.timm.enable(vit, memory_budget="1GiB")
+        remat.integrations.timm.enable(vit, activation_budget="1GiB")
     convnext = ZOO["convnext"].build("default")
     assert remat.integrations.timm.find_blocks(convnext) == [
         b for stage in convnext.stages for b in stage.blocks
@@ -175,7 +175,7 @@ def test_the_transformers_integration_trains_under_the_trainer_bit_for_bit(tmp_p
     # GPT-2 with dropout, through the Trainer's own loop (its seeding, data loader, optimizer,
     # gradient clipping): the same losses and weights as the Trainer without remat.
     model, plain = pair(ZOO["gpt2"], "sdpa")
-    handle = remat.integrations.transformers.enable(model, memory_budget="2MiB")
+    handle = remat.integrations.transformers.enable(model, activation_budget="2MiB")
     expected = _trainer_run(plain, tmp_path, "plain")
     got = _trainer_run(model, tmp_path, "remat")
     assert got[0] == expected[0] and len(got[0]) == 3

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from ..units import format_bytes, format_seconds
 
 if TYPE_CHECKING:
-    from .types import MenuEntry, OpProfile, Plan
+    from .types import MenuEntry, OpProfile, Plan, StepPeak
 
 
 def plan_table(plan: Plan) -> str:
@@ -19,7 +19,7 @@ def plan_table(plan: Plan) -> str:
     at_end = p.input_bytes + sum(held)
     kind = "one region per layer at most" if p.max_region_layers == 1 else "nested regions"
     lines = [
-        f"remat checkpoint plan: {len(p.layers)} layers, budget "
+        f"remat checkpoint plan: {len(p.layers)} layers, activation budget "
         f"{format_bytes(plan.memory_budget)} ({kind})",
         f"  predicted peak saved {format_bytes(plan.predicted_peak_bytes)} (no checkpoint "
         f"{format_bytes(plan.no_checkpoint_bytes)}, least possible "
@@ -43,6 +43,8 @@ def plan_table(plan: Plan) -> str:
             f"{offload.hidden_share:.0%} hidden behind compute (predicted stall "
             f"{format_seconds(offload.stall_seconds)})"
         )
+    if plan.step is not None:
+        lines += _step_lines(plan.step)
     if plan.timings:
         measured = ", ".join(f"{label} {format_seconds(t)}" for label, t in plan.timings)
         lines.append(f"  tuned: chose {plan.choice} by measured forward + backward ({measured})")
@@ -121,6 +123,33 @@ def plan_table(plan: Plan) -> str:
             "  the next layer's forward has run, and comes back for its re-run.",
         ]
     return "\n".join(lines)
+
+
+_WHERE = {
+    "blocks": "while the blocks run",
+    "head": "after the blocks' forward",
+    "outside": "outside the blocks: no plan lowers it",
+}
+
+
+def _step_lines(step: StepPeak) -> list[str]:
+    """The step's predicted peak against memory_budget, part by part."""
+    lines = [
+        f"  training step: predicted peak {format_bytes(step.predicted_peak_bytes)} of "
+        f"memory_budget {format_bytes(step.memory_budget)}, {_WHERE[step.where]}",
+        f"    at its start {format_bytes(step.fixed_bytes)} (parameters, gradients, "
+        "optimizer state)",
+        f"    blocks' activations {format_bytes(step.activation_bytes)}; beside them up to "
+        f"{format_bytes(step.working_bytes)} (working set, temporaries)",
+        f"    after the blocks' forward {format_bytes(step.head_bytes)} more (head, loss); "
+        f"outside the blocks {format_bytes(step.outside_bytes)}",
+    ]
+    if step.margin_bytes:
+        lines.append(
+            f"    includes {format_bytes(step.margin_bytes)} a measured step held over "
+            "its prediction"
+        )
+    return lines
 
 
 def describe(profile: OpProfile, entry: MenuEntry) -> str:

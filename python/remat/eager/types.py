@@ -303,6 +303,24 @@ class OffloadFigures:
 
 
 @dataclass(frozen=True)
+class StepPeak:
+    """A plan's predicted peak for the whole training step, against a budget on that peak
+    (``memory_budget``): what the step holds besides the blocks' activations, from a measured
+    step (remat/eager/planning/step_budget.py)."""
+
+    memory_budget: int
+    predicted_peak_bytes: int
+    fixed_bytes: int  # held when the step begins: parameters, buffers, gradients, optimizer state
+    activation_bytes: int  # the blocks' activations at their predicted peak
+    working_bytes: int  # beside the blocks' activations while they run: backward working set,
+    # gradients, what the code between blocks holds, temporaries (and any measured excess)
+    head_bytes: int  # after the blocks' forward: the head's activations, logits and loss
+    outside_bytes: int  # the peak outside the blocks (the optimizer step, say), all of it
+    where: str  # "blocks", "head" or "outside": the part of the step where the peak falls
+    margin_bytes: int = 0  # measured steps' excess over the prediction, added back
+
+
+@dataclass(frozen=True)
 class Plan:
     """Where the checkpoint regions go, which layers are offloaded, and what the planner
     predicts for them."""
@@ -330,6 +348,9 @@ class Plan:
     # The layers whose saved activations go to host memory (None: none). Their copies' stall is
     # part of the plan's cost, not of predicted_recompute_seconds.
     offload: OffloadFigures | None = None
+    # With a budget on the whole step's peak: that peak, predicted (None: the budget was on the
+    # blocks' activations alone).
+    step: StepPeak | None = None
 
     @property
     def offloaded(self) -> tuple[int, ...]:

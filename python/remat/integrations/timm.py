@@ -74,13 +74,17 @@ def _check_not_checkpointed(model: nn.Module) -> None:
         )
 
 
-def enable(model: nn.Module, *, memory_budget: int | float | str, **options: Any) -> AutoCheckpoint:
+def enable(
+    model: nn.Module, *, memory_budget: int | float | str | None = None, **options: Any
+) -> AutoCheckpoint:
     """Checkpoints a timm model's blocks to `memory_budget`.
 
     Args:
         model: a timm model (its blocks are found as :func:`find_blocks` finds them: see
             the table above).
-        memory_budget: the peak of the blocks' saved activations, in bytes or with a unit.
+        memory_budget: the peak of the whole training step on the device, in bytes or with
+            a unit, or "auto" on CUDA. Give ``activation_budget=`` instead (among the
+            options) to bound the blocks' saved activations alone.
         **options: :func:`remat.torch.auto_checkpoint`'s, except ``blocks``.
 
     Returns:

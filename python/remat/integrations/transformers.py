@@ -64,7 +64,9 @@ def _disable_method(model: nn.Module) -> str:
     return "gradient_checkpointing_disable"
 
 
-def enable(model: nn.Module, *, memory_budget: int | float | str, **options: Any) -> AutoCheckpoint:
+def enable(
+    model: nn.Module, *, memory_budget: int | float | str | None = None, **options: Any
+) -> AutoCheckpoint:
     """Checkpoints a Hugging Face model's layers to `memory_budget`.
 
     The layers are found (``model.model.layers``, ``transformer.h``, ``encoder.layer``; T5's
@@ -73,8 +75,9 @@ def enable(model: nn.Module, *, memory_budget: int | float | str, **options: Any
 
     Args:
         model: a ``transformers`` PreTrainedModel.
-        memory_budget: the peak of the layers' saved activations, in bytes or with a unit
-            ("8GiB").
+        memory_budget: the peak of the whole training step on the device, in bytes or with
+            a unit ("8GiB"), or "auto" on CUDA. Give ``activation_budget=`` instead (among
+            the options) to bound the layers' saved activations alone.
         **options: :func:`remat.torch.auto_checkpoint`'s (``granularity``, ``plan_group``,
             ...), except ``blocks``, which this finds.
 

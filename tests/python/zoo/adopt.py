@@ -28,6 +28,17 @@ def block_list(zoo: ZooModel, model: nn.Module) -> list[nn.Module]:
 
 def enable(zoo: ZooModel, model: nn.Module, budget: int, **options: Any) -> rt.AutoCheckpoint:
     if zoo.library == "transformers":
+        return remat.integrations.transformers.enable(model, activation_budget=budget, **options)
+    if zoo.library == "timm":
+        return remat.integrations.timm.enable(model, activation_budget=budget, **options)
+    return rt.auto_checkpoint(
+        model, activation_budget=budget, blocks=blocks_of(zoo, model), **options
+    )
+
+
+def enable_step(zoo: ZooModel, model: nn.Module, budget: int, **options: Any) -> rt.AutoCheckpoint:
+    """As enable, with a budget on the whole step's peak."""
+    if zoo.library == "transformers":
         return remat.integrations.transformers.enable(model, memory_budget=budget, **options)
     if zoo.library == "timm":
         return remat.integrations.timm.enable(model, memory_budget=budget, **options)

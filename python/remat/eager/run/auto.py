@@ -17,6 +17,7 @@ than the block's inputs, with a warning the first time.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -41,6 +42,7 @@ from .block_calls import BlockCalls
 from .chain_mode import ChainMode
 from .first_step import FirstStep
 from .step import _BlockPlan, _OutsideSaves, _PendingBackward, _Step
+from .step_budget import StepBudget
 from .tuning import OnlineTuning
 
 _log = logging.getLogger("remat")
@@ -51,7 +53,10 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
 
     Attributes:
         blocks: the :class:`Blocks` found or given (``print(handle.blocks)`` says which).
-        memory_budget: the budget in bytes.
+        memory_budget: the budget on the step's peak in bytes (None: the budget is on the
+            blocks' activations, ``activation_budget``).
+        activation_budget: the budget on the blocks' activations in bytes (None: planned
+            for ``memory_budget``).
         plans: every plan made so far, by input signature (per-block plans and chain plans).
         plan: the plan the last step followed (None before the first step).
         warnings: what went off-plan, each message once, in the order it first happened.
@@ -62,7 +67,7 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
         self,
         model: nn.Module,
         blocks: Blocks,
-        memory_budget: int,
+        activation_budget: int | None,
         slots: int | None,
         tune: bool,
         microbatches_in_flight: int = 1,
@@ -70,8 +75,11 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
         granularity: str = "op",
         measuring: bool = False,
         offload: OffloadSettings | None = None,
+        step_budget: StepBudget | None = None,
     ) -> None:
         _distributed.active(plan_group)  # checks its value
+        if (activation_budget is None) == (step_budget is None):
+            raise ValueError("give exactly one of memory_budget and activation_budget")
         if blocks.chain is None:  # block calls are measured inside their regions
             require_save_hooks()
         # measure()'s handle: a chain is planned as auto_checkpoint plans it, and its step runs
@@ -97,7 +105,11 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
         self.plan_group = plan_group
         self.model = model
         self.blocks = blocks
-        self.memory_budget = memory_budget
+        self.activation_budget = activation_budget
+        self.step_budget = step_budget
+        if step_budget is not None:
+            step_budget.warn = self._warn
+        self._start_bytes: int | None = None  # what the step under way held as it began
         self.slots = slots
         self.tune = tune
         self.plans: dict[Any, Plan] = {}
@@ -162,8 +174,14 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
 
     # --- the handle ---
 
+    @property
+    def memory_budget(self) -> int | str | None:
+        return None if self.step_budget is None else self.step_budget.memory_budget
+
     def remove(self) -> None:
         """Restores the blocks' own forward methods and removes the model's hooks."""
+        if self.step_budget is not None:
+            self.step_budget.close()
         for module, original in self._patched:
             if original is None:
                 del module.forward
@@ -185,10 +203,12 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
         )
 
     def __repr__(self) -> str:
-        return (
-            f"AutoCheckpoint({self.blocks}, budget {self.memory_budget} bytes, "
-            f"{len(self.plans)} plans)"
+        budget = (
+            f"activation budget {self.activation_budget} bytes"
+            if self.step_budget is None
+            else f"memory budget {self.memory_budget} bytes"
         )
+        return f"AutoCheckpoint({self.blocks}, {budget}, {len(self.plans)} plans)"
 
     def _context(self) -> Any:
         # The blocks' own modules, not the model's tree: wrapping a block in torch.compile adds
@@ -219,7 +239,11 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
 
     @torch.compiler.disable  # bookkeeping and planning: never traced
     def _begin_step(self, _model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]):
-        if not torch.is_grad_enabled() or in_backward() or self._step is not None:
+        if in_backward() or self._step is not None:
+            return None
+        if self.step_budget is not None:
+            self._end_measured_step()
+        if not torch.is_grad_enabled():
             return None
         if self._pending.waiting():
             self._warn(
@@ -234,6 +258,19 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
         else:  # a stock nn.Sequential is planned (and agreed on) when it is called
             plan_key, known = key, False
         found = self._block_plans.get(plan_key)
+        if self.step_budget is not None:
+            devices = [t.device for t in _tensors((args, kwargs))]
+            device = devices[0] if devices else self._device
+            self._start_bytes = self.step_budget.start_bytes(device, (args, kwargs))
+            stale = found is None or self.step_budget.stale(key, self._start_bytes)
+            # Planned again from the kept profile: its step's figures are in (the step that
+            # measured has ended), or this step begins holding more than its plan assumed.
+            known = known or (stale and key in self._profiles and key in self.step_budget.figures)
+            if known:
+                found = None
+            self.step_budget.begin(
+                key, device, (args, kwargs), measuring=found is None and not known
+            )
         if found is None and known:  # every rank has profiled its inputs: plan, all together
             profile, calls = self._profiles[key]
             found = self._make_block_plan(plan_key, key, profile, calls)
@@ -251,6 +288,14 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
                     self._modes = ModesCache()
                 self._step.modes = self._modes
         return None
+
+    def _end_measured_step(self) -> None:
+        """The step budget's measured step ends: its figures or its check are in."""
+        assert self.step_budget is not None
+        profiles = {key: profile for key, (profile, _) in self._profiles.items()}
+        ended = self.step_budget.close(profiles)
+        if ended is not None and ended[1]:
+            self._block_plans.pop(ended[0], None)  # planned again from its profile
 
     def _plan_key(self, key: Any, known: bool) -> tuple[Any, bool]:
         """What a step's plan is kept under, and whether every rank has profiled its inputs.
@@ -284,6 +329,8 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
             )
         if step is None or not step.calls and step.plan is None or cut_short:
             return
+        if self.step_budget is not None and self.step_budget.open is not None:
+            self.step_budget.open.watch_end_of_backward(_tensors(output))
         if not self._forward_only:
             self._pending.watch(output)
             self._check_region_inputs(step)
@@ -324,7 +371,9 @@ def _user_stacklevel() -> int:
 def auto_checkpoint(
     model: nn.Module,
     *,
-    memory_budget: int | float | str,
+    memory_budget: int | float | str | None = None,
+    activation_budget: int | float | str | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
     blocks: str | nn.Module | Sequence[nn.Module] | None = None,
     slots: int | None = None,
     tune: bool = True,
@@ -344,10 +393,22 @@ def auto_checkpoint(
     ``handle.remove()`` undoes it. The first step for each input signature measures the blocks
     and plans; later steps follow the plan.
 
+    Give exactly one budget. ``memory_budget`` bounds the whole step's peak on the device:
+    parameters, gradients, optimizer state, every activation and the backward's working set.
+    ``activation_budget`` bounds only the blocks' saved activations.
+
     Args:
         model: the model whose calls are training steps.
-        memory_budget: the peak of the blocks' saved activations, in bytes or with a unit
-            ("2GiB", "1.5GB"; see :func:`remat.units.parse_bytes`).
+        memory_budget: the peak of the whole training step on the blocks' device, in bytes or
+            with a unit ("24GiB", "1.5GB"; see :func:`remat.units.parse_bytes`), or "auto"
+            (CUDA only): what the device can give the process at the first step, less a
+            fragmentation margin. The first step measures the step; the plan follows from its
+            second step, and the first steps of each plan are measured again (an excess is
+            warned about and planned away).
+        activation_budget: the peak of the blocks' saved activations alone, in bytes or with
+            a unit.
+        optimizer: the optimizer that steps the model (None: found at its first step), whose
+            state is counted in ``memory_budget``.
         blocks: a dotted path ("layers", "model.encoder.layer"), a container, or a list of
             modules; by default the model's repeated blocks (see
             :func:`remat.eager.find_blocks`). ``handle.blocks`` says which were chosen (logged
@@ -400,10 +461,21 @@ def auto_checkpoint(
             "example_kwargs: expected a dict of keyword arguments, got "
             f"{type(example_kwargs).__name__}"
         )
-    budget = parse_bytes(memory_budget)
+    if (memory_budget is None) == (activation_budget is None):
+        raise TypeError(
+            "auto_checkpoint: give exactly one of memory_budget= (the whole step's peak on the "
+            "device) and activation_budget= (the blocks' saved activations)"
+        )
     check_planner_options(slots, microbatches_in_flight)  # not only at the first step
     offloading = OffloadSettings.of(offload, host_budget, offload_bandwidth)
     chosen = find_blocks(model, blocks)
+    step_budget = None
+    budget = None
+    if memory_budget is not None:
+        chosen = _for_step_budget(chosen, memory_budget, plan_group, microbatches_in_flight)
+        step_budget = StepBudget(_step_budget_of(memory_budget), model, optimizer)
+    else:
+        budget = parse_bytes(activation_budget)
     _log.info("auto_checkpoint: blocks %s", chosen.describe())
     if verbose:
         print(f"remat.auto_checkpoint: blocks {chosen.describe()}")
@@ -417,17 +489,82 @@ def auto_checkpoint(
         plan_group,
         granularity,
         offload=offloading,
+        step_budget=step_budget,
     )
     if example_inputs is not None or example_kwargs is not None:
+        example = (tuple(example_inputs or ()), example_kwargs or {})
         try:
-            handle._forward_only = True  # no backward follows: no re-run can fail
-            _measure_forward(model, tuple(example_inputs or ()), example_kwargs or {})
+            if step_budget is not None:
+                _measure_step(handle, *example)
+            else:
+                handle._forward_only = True  # no backward follows: no re-run can fail
+                _measure_forward(model, *example)
         except Exception:
             handle.remove()
             raise
         finally:
             handle._forward_only = False
     return handle
+
+
+def _step_budget_of(memory_budget: int | float | str) -> int | str:
+    if memory_budget == "auto":
+        if not torch.cuda.is_available():
+            raise ValueError(
+                "memory_budget: 'auto' reads a CUDA device's free memory, and this process has "
+                'no CUDA device. Give the budget in bytes (memory_budget="24GiB")'
+            )
+        return "auto"
+    return parse_bytes(memory_budget)
+
+
+def _for_step_budget(
+    chosen: Blocks, memory_budget: Any, plan_group: Any, microbatches_in_flight: int
+) -> Blocks:
+    """The blocks as a budget on the step's peak plans them: call by call."""
+    if _distributed.active(plan_group):
+        raise ValueError(
+            "memory_budget: under a process group, give activation_budget= (the blocks' "
+            "activations on each rank); a budget on each rank's whole step is not planned yet"
+        )
+    if microbatches_in_flight != 1:
+        raise ValueError(
+            "memory_budget: a pipeline stage (microbatches_in_flight > 1) takes "
+            "activation_budget= (the stage's activations over its microbatches)"
+        )
+    # A stock nn.Sequential is planned as one chain measured on its own, whose step is not
+    # measured part by part: its blocks are planned call by call instead.
+    return dataclasses.replace(chosen, chain=None) if chosen.chain is not None else chosen
+
+
+def _measure_step(handle: AutoCheckpoint, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """One forward and backward of the example, measured part by part and planned to the step
+    budget; .grad, module buffers and the RNG are left as they were."""
+    model = handle.model
+    devices = {t.device for t in _tensors((args, kwargs))}
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    with _PreservedState([model], devices), torch.enable_grad():
+        loss = _default_loss(model(*args, **kwargs))
+        if parameters:
+            torch.autograd.grad(loss, parameters, allow_unused=True)
+        segments = handle.step_budget.segments if handle.step_budget is not None else None
+        if segments is not None:
+            segments.blocks_done()
+        del loss
+    handle._end_measured_step()
+    key = next(reversed(handle._profiles), None)
+    if key is not None:
+        start = handle.step_budget.start_bytes(next(iter(devices), handle._device), (args, kwargs))
+        handle._start_bytes = start
+        profile, calls = handle._profiles[key]
+        handle._make_block_plan(key, key, profile, calls)
+
+
+def _default_loss(output: Any) -> torch.Tensor:
+    tensors = [t for t in _tensors(output) if t.requires_grad and t.is_floating_point()]
+    if not tensors:
+        raise ValueError("output: has no floating tensor that requires grad; pass loss_fn=")
+    return sum(t.float().sum() for t in tensors)  # type: ignore[return-value]
 
 
 def _measure_forward(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> float:

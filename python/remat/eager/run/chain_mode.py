@@ -46,7 +46,7 @@ class ChainMode:
                 found = plan(
                     functions,
                     input,
-                    memory_budget=self.memory_budget,
+                    memory_budget=self.activation_budget,
                     slots=self.slots,
                     tune=self.tune and not online,
                     exclude=[self.model],

@@ -22,7 +22,7 @@ from ..planning.agree import agree_on_profile
 from ..planning.offload import plan_with_offload
 from ..planning.planner import plan_profile
 from ..snapshots import CallSnapshot
-from ..types import Profile
+from ..types import Plan, Profile
 from .step import _BlockPlan, _Step
 
 
@@ -60,6 +60,10 @@ class FirstStep:
         snapshot = CallSnapshot(args, kwargs)  # the measuring runs below see the call's mappings
         if devices:
             self._device = next(iter(devices))
+        call = len(step.calls)
+        segments = self.step_budget.segments if self.step_budget is not None else None
+        if segments is not None:
+            segments.mark(("forward", call))
         now = clock()
         _synchronize((args, kwargs))
         start = now()
@@ -97,6 +101,9 @@ class FirstStep:
         if step.outside is not None:
             outputs = (t for t in _tensors(out) if not is_persistent(t, excluded))
             step.outside.note_outputs(len(step.calls) - 1, outputs)
+        if segments is not None:
+            segments.mark(("after", call))
+            segments.watch_backward(call, _tensors((args, kwargs)), _tensors(out))
         step.last_outputs = out
         return out
 
@@ -121,7 +128,7 @@ class FirstStep:
             (c.module, c.signature, moved)
             for c, moved in zip(step.calls, moved_input_positions(step.calls, held))
         )
-        if _distributed.active(self.plan_group):
+        if _distributed.active(self.plan_group) or self.step_budget is not None:
             self._profiles[step.key] = (profile, calls)
         self._make_block_plan(step.plan_key, step.key, profile, calls)
         self._let_torch_compile_trace_the_blocks_callers()
@@ -161,23 +168,30 @@ class FirstStep:
     ) -> _BlockPlan:
         """The plan of this rank's `calls` from its `profile` (agreed on with the other ranks),
         kept under `plan_key`."""
-        profile = agree_on_profile(profile, self.memory_budget, self.plan_group)
+        profile = agree_on_profile(profile, self.activation_budget or 0, self.plan_group)
         offload = self.offload.for_device(self._device, self.plan_group)
-        if offload is None:
-            made = plan_profile(
+
+        def make_plan(activation_budget: int) -> Plan:
+            if offload is None:
+                return plan_profile(
+                    profile,
+                    activation_budget,
+                    slots=self.slots,
+                    microbatches_in_flight=self.microbatches_in_flight,
+                )
+            return plan_with_offload(
                 profile,
-                self.memory_budget,
-                slots=self.slots,
-                microbatches_in_flight=self.microbatches_in_flight,
-            )
-        else:
-            made = plan_with_offload(
-                profile,
-                self.memory_budget,
+                activation_budget,
                 bandwidth=offload,
                 host_budget=self.offload.host_budget,
                 slots=self.slots,
             )
+
+        if self.step_budget is not None:
+            made = self.step_budget.plan(key, make_plan, self._start_bytes)
+        else:
+            assert self.activation_budget is not None
+            made = make_plan(self.activation_budget)
         _distributed.verify_same_plan(
             (made.regions, made.options, made.offloaded, made.inputs_offloaded),
             group=self.plan_group,

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
 
+from ... import _distributed
 from ...units import format_bytes, format_seconds
 from .._runtime import _PreservedState, _synchronize, _tensors, clock
 from ..blocks import Blocks, find_blocks
 from ..planning.offload import plan_with_offload
+from ..planning.planner import plan_profile
+from ..planning.step_budget import least_step_peak, predicted_step
 from ..types import Plan, Profile
-from .auto import AutoCheckpoint
+from .auto import AutoCheckpoint, _default_loss
+from .step_budget import StepBudget
 
 
 def _exactly(count: int) -> str:
@@ -31,9 +37,17 @@ class Measurement:
         profile: per block (per call: a block called twice appears twice) the bytes autograd
             saves inside it, the activation it passes on and its forward time.
         no_checkpoint_bytes: the blocks' saved bytes at their peak without checkpointing.
-        least_budget_bytes: the least budget auto_checkpoint accepts for these inputs.
-        least_offload_budget_bytes: the least with ``offload=`` (regions' inputs moved to host
-            memory; at most least_budget_bytes). The property plans it on first use.
+        least_activation_budget_bytes: the least ``activation_budget`` auto_checkpoint accepts
+            for these inputs.
+        least_budget_bytes: the least ``memory_budget`` (the whole step's peak) at which every
+            step fits, the first (which measures) included; None under a process group.
+        no_checkpoint_step_bytes: the step's predicted peak without checkpointing (None where
+            least_budget_bytes is).
+        measured_step_bytes: the measured step's own peak (None likewise). Without an
+            optimizer given, the step has no optimizer step.
+        least_offload_budget_bytes: the least activation budget with ``offload=`` (regions'
+            inputs moved to host memory; at most least_activation_budget_bytes). The property
+            plans it on first use.
         step_seconds: the measured step (forward and backward, every block checkpointed while
             it was measured, so this overstates a plain step).
         on_cuda: the blocks ran on CUDA, where ``offload="auto"`` may offload (the table states
@@ -43,9 +57,12 @@ class Measurement:
     blocks: Blocks
     profile: Profile
     no_checkpoint_bytes: int
-    least_budget_bytes: int
+    least_activation_budget_bytes: int
     step_seconds: float
     on_cuda: bool = False
+    least_budget_bytes: int | None = None
+    no_checkpoint_step_bytes: int | None = None
+    measured_step_bytes: int | None = None
 
     @property
     def least_offload_budget_bytes(self) -> int:
@@ -54,20 +71,26 @@ class Measurement:
         found = plan_with_offload(
             self.profile, self.no_checkpoint_bytes, bandwidth=1.0, host_budget=None
         )
-        return min(self.least_budget_bytes, found.minimum_budget_bytes)
+        return min(self.least_activation_budget_bytes, found.minimum_budget_bytes)
 
     def table(self) -> str:
         p = self.profile
         width = max([len(layer.name) for layer in p.layers] + [5])
-        lines = [
-            f"remat.measure: {self.blocks.describe()}",
-            f"  budget without checkpointing {format_bytes(self.no_checkpoint_bytes)}; least "
-            f"possible {_exactly(self.least_budget_bytes)}"
+        lines = [f"remat.measure: {self.blocks.describe()}"]
+        if self.least_budget_bytes is not None:
+            lines.append(
+                f"  memory_budget (the step's peak): least {_exactly(self.least_budget_bytes)}; "
+                f"without checkpointing {format_bytes(self.no_checkpoint_step_bytes or 0)}"
+            )
+        lines += [
+            f"  activation_budget (the blocks' activations): least "
+            f"{_exactly(self.least_activation_budget_bytes)}"
             + (
                 f" (with offload= {_exactly(self.least_offload_budget_bytes)})"
                 if self.on_cuda
                 else ""
-            ),
+            )
+            + f"; without checkpointing {format_bytes(self.no_checkpoint_bytes)}",
             f"  forward of the blocks {format_seconds(p.forward_seconds)}; measured step "
             f"{format_seconds(self.step_seconds)}",
             "",
@@ -94,18 +117,12 @@ class Measurement:
         return self.table()
 
 
-def _default_loss(output: Any) -> torch.Tensor:
-    tensors = [t for t in _tensors(output) if t.requires_grad and t.is_floating_point()]
-    if not tensors:
-        raise ValueError("output: has no floating tensor that requires grad; pass loss_fn=")
-    return sum(t.float().sum() for t in tensors)  # type: ignore[return-value]
-
-
 def measure(
     model: nn.Module,
     *args: Any,
     blocks: str | nn.Module | Sequence[nn.Module] | None = None,
     loss_fn: Callable[[Any], torch.Tensor] | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
     verbose: bool = False,
     plan_group: Any = None,
     **kwargs: Any,
@@ -123,6 +140,9 @@ def measure(
         blocks: which blocks, as :func:`auto_checkpoint` takes them (default: found).
         loss_fn: turns the model's output into the loss (default: its mean, or the ``loss``
             of a Hugging Face output).
+        optimizer: the optimizer that will train the model, whose step (and the state it
+            creates) is measured with the rest of the step, then undone: the parameters,
+            their gradients and its state are left as they were.
         verbose: print the table as well (``print(measured)`` prints it too).
         plan_group: under a process group, the ranks that report one agreed profile
             ("local": this rank's).
@@ -141,8 +161,21 @@ def measure(
     chosen = find_blocks(model, blocks)
     # Planned as auto_checkpoint plans it (call by call, or a stock nn.Sequential as one chain
     # with nested regions), so the budgets reported are the ones it accepts.
+    # Measured part by part, call by call, as auto_checkpoint(memory_budget=) plans (a stock
+    # nn.Sequential too); under a process group, as a chain where it is one.
+    by_parts = not _distributed.active(plan_group)
+    if by_parts and chosen.chain is not None:
+        chosen = dataclasses.replace(chosen, chain=None)
+    step_budget = StepBudget(2**60, model, optimizer) if by_parts else None
     handle = AutoCheckpoint(
-        model, chosen, 2**60, None, False, plan_group=plan_group, measuring=True
+        model,
+        chosen,
+        None if by_parts else 2**60,
+        None,
+        False,
+        plan_group=plan_group,
+        measuring=True,
+        step_budget=step_budget,
     )
     # Measuring drops a cache passed to the blocks as a training step does, but the user's
     # training is not affected: auto_checkpoint or enable() says what it does there.
@@ -150,6 +183,7 @@ def measure(
     try:
         devices = {t.device for t in _tensors((args, kwargs))}
         parameters = [p for p in model.parameters() if p.requires_grad]
+        state_bytes = 0
         with _PreservedState([model], devices), torch.enable_grad():
             _synchronize((args, kwargs))
             now = clock()
@@ -158,7 +192,12 @@ def measure(
             loss = (loss_fn or _default_loss)(out)
             if parameters:
                 try:
-                    torch.autograd.grad(loss, parameters, allow_unused=True)
+                    grads = torch.autograd.grad(loss, parameters, allow_unused=True)
+                    if step_budget is not None and step_budget.segments is not None:
+                        step_budget.segments.blocks_done()
+                        if optimizer is not None:
+                            state_bytes = _optimizer_step_undone(optimizer, parameters, grads)
+                    del grads
                 except RuntimeError as error:
                     if "use_reentrant=True" not in str(error):
                         raise
@@ -172,7 +211,10 @@ def measure(
                     ) from error
             _synchronize(loss)
             seconds = now() - start
+            del out, loss
         made: Plan | None = handle.plan
+        if step_budget is not None:
+            handle._end_measured_step()
     finally:
         handle.remove()
     if made is None:
@@ -185,6 +227,66 @@ def measure(
         seconds,
         on_cuda=any(device.type == "cuda" for device in devices),
     )
+    if step_budget is not None:
+        result = _with_step_figures(result, step_budget, state_bytes)
     if verbose:
         print(result.table())
     return result
+
+
+def _with_step_figures(result: Measurement, step_budget: StepBudget, state: int) -> Measurement:
+    """The step's least and plain peaks, from the measured step's figures; `state`: the bytes
+    of optimizer state its optimizer step created (held by every later step)."""
+    figures = next(iter(step_budget.figures.values()), None)
+    if figures is None:
+        return result
+    start = figures.start_bytes + state
+
+    def make_plan(budget: int) -> Plan:
+        return plan_profile(result.profile, budget)
+
+    least = least_step_peak(make_plan, figures, start)
+    plain = predicted_step(make_plan(2**60), figures, start, 0).predicted_peak_bytes
+    return dataclasses.replace(
+        result,
+        least_budget_bytes=max(least, figures.measured_peak_bytes),
+        no_checkpoint_step_bytes=plain,
+        measured_step_bytes=figures.measured_peak_bytes,
+    )
+
+
+def _optimizer_step_undone(
+    optimizer: torch.optim.Optimizer,
+    parameters: list[torch.Tensor],
+    grads: tuple[torch.Tensor | None, ...],
+) -> int:
+    """Runs `optimizer`'s step on `grads`, measured with the rest of the step, and undoes it:
+    the parameters, their .grad and the optimizer's state are as they were. Returns the bytes
+    of state the step created."""
+    before = copy.deepcopy(optimizer.state_dict())
+    held = [p.detach().clone() for p in parameters]  # made before: not the step's
+    own = [p.grad for p in parameters]
+    state_before = _state_bytes(optimizer)
+    try:
+        for p, grad in zip(parameters, grads):
+            p.grad = grad
+        optimizer.step()
+        return _state_bytes(optimizer) - state_before
+    finally:
+        with torch.no_grad():
+            for p, value, grad in zip(parameters, held, own):
+                p.copy_(value)
+                p.grad = grad
+        optimizer.load_state_dict(before)
+        if not before["state"]:
+            optimizer.state.clear()
+
+
+def _state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    storages = {
+        t.untyped_storage()._cdata: t.untyped_storage().nbytes()
+        for state in optimizer.state.values()
+        for t in state.values()
+        if isinstance(t, torch.Tensor)
+    }
+    return sum(storages.values())

@@ -1,0 +1,200 @@
+"""A plan for a budget on the whole training step's peak, from one measured step.
+
+The planner bounds the blocks' activations. The step holds more: what it begins with
+(parameters, gradients, optimizer state), what the code after the blocks makes (the head's
+logits, the loss), the backward's working set beside the blocks, and the optimizer step. One
+measured step, read part by part (measuring/step_segments.py), gives three figures:
+
+- outside: the peak before the blocks' forward and after their backward, where no block
+  activation is held (the optimizer step); plan-independent, in whole bytes;
+- head: the peak after the blocks' forward and before their backward, less what the blocks
+  held then; a plan holds its own held-at-end-of-forward bytes there;
+- blocks: the largest peak in a block's forward or backward (or between blocks), less a lower
+  bound of the blocks' activations at that time; a plan holds at most its predicted peak.
+
+The last two are counted from the bytes held at the step's start, so that a later step that
+begins with more (the optimizer's state, created by the first optimizer step) is planned with
+them. A plan's predicted step peak is the largest of the three parts. The activation budget
+given to the planner is the largest whose plan's predicted step peak fits; checks of the
+following steps add any measured excess (StepFigures.margin_bytes).
+
+Time: one plan per bisection step, O(log budget) planner calls. Memory: the profile's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable
+
+from ... import _core
+from ..measuring.step_segments import OUTSIDE, Part, StepRecord
+from ..types import Plan, Profile, Region, StepPeak
+
+
+@dataclass(frozen=True)
+class StepFigures:
+    """What one measured step held besides its blocks' activations, part by part (see the
+    module's docstring)."""
+
+    start_bytes: int  # held when the measured step began
+    outside_bytes: int  # the peak outside the blocks, all of it
+    # Per part inside the blocks' window: its peak beyond the step's start and the blocks'
+    # activations there.
+    beside: tuple[tuple[Part, int], ...]
+    measured_peak_bytes: int  # the measured step's own peak
+    margin_bytes: int = 0  # measured excess of followed plans, added to every prediction
+
+
+class _Activations:
+    """A plan's blocks' activations in each part of the step: what the layers hold from the
+    forward, and the layers re-run or kept for the backward under way. An upper bound where
+    the planner's model is finer (nested regions, selective ones)."""
+
+    def __init__(self, plan: Plan) -> None:
+        profile = plan.profile
+        self._layers = profile.layers
+        held = plan.held_after_forward()
+        self._before = [profile.input_bytes]  # [i]: held by the input and layers < i
+        for bytes_ in held:
+            self._before.append(self._before[-1] + bytes_)
+        self._first = list(range(len(held)))  # [i]: the first layer of i's outer region
+        for first, last, depth in plan.regions:
+            if depth == 0:
+                for layer in range(first, last + 1):
+                    self._first[layer] = first
+
+    def _working(self, first: int, last: int) -> int:
+        """Layers first..last with their saved bytes and outputs (kept or re-run)."""
+        return self._before[first] + sum(
+            layer.saved_bytes + layer.output_bytes for layer in self._layers[first : last + 1]
+        )
+
+    def __call__(self, part: Part) -> int:
+        kind, call = part[0], part[1]
+        if kind == "forward":
+            return self._working(call, call)
+        if kind == "after":
+            return self._before[call + 1]
+        if kind == "backward":
+            return self._working(self._first[call], call)
+        # "before" call: the backward between call and call - 1
+        if call > 0 and self._first[call] == self._first[call - 1]:
+            return self._working(self._first[call], call - 1)
+        return self._before[call]
+
+
+def _every_call_a_region(profile: Profile) -> Plan:
+    """The measuring step's plan: every layer its own region."""
+    regions = tuple(Region(i, i, 0) for i in range(len(profile.layers)))
+    return Plan(regions, 0, 0, 0.0, 0, 0, profile)
+
+
+def _outside(part: Part, calls: int) -> bool:
+    return part[0] in OUTSIDE or (part[0] == "before" and part[1] == 0) or part[1] >= calls
+
+
+def figures_of(record: StepRecord, profile: Profile) -> StepFigures:
+    """The figures of a measured step whose block calls ran as their own regions."""
+    measured = _Activations(_every_call_a_region(profile))
+    calls = len(profile.layers)
+    outside = record.start_bytes
+    beside = []
+    for part, peak in record.parts:
+        if _outside(part, calls):
+            outside = max(outside, peak)
+        else:
+            beside.append((part, max(peak - record.start_bytes - measured(part), 0)))
+    return StepFigures(record.start_bytes, outside, tuple(beside), record.peak_bytes)
+
+
+def predicted_step(
+    plan: Plan, figures: StepFigures, start_bytes: int, memory_budget: int
+) -> StepPeak:
+    """`plan`'s predicted step peak for a step that begins holding `start_bytes`."""
+    margin = figures.margin_bytes
+    activations = _Activations(plan)
+    calls = len(plan.profile.layers)
+    peak, at = max(figures.outside_bytes, start_bytes), None
+    for part, beside in figures.beside:
+        held = start_bytes + beside + activations(part) + margin
+        if held > peak:
+            peak, at = held, part
+    where = "outside" if at is None else "head" if at == ("after", calls - 1) else "blocks"
+    head = next((b for p, b in figures.beside if p == ("after", calls - 1)), 0)
+    working = max((b for p, b in figures.beside if p[0] != "after"), default=0)
+    return StepPeak(
+        memory_budget=memory_budget,
+        predicted_peak_bytes=peak,
+        fixed_bytes=start_bytes,
+        activation_bytes=plan.predicted_peak_bytes,
+        working_bytes=working + margin,
+        head_bytes=head,
+        outside_bytes=figures.outside_bytes,
+        where=where,
+        margin_bytes=margin,
+    )
+
+
+_SETS = {
+    "outside": "the step outside the blocks: parameters, gradients and optimizer state at the "
+    "optimizer step",
+    "head": "the code after the blocks (the head's logits and the loss) beside the blocks' "
+    "least held activations",
+    "blocks": "the blocks' least activations beside what the step holds while they run "
+    "(parameters, gradients, optimizer state, the backward's working set)",
+}
+
+
+def plan_step(
+    make_plan: Callable[[int], Plan],
+    memory_budget: int,
+    figures: StepFigures,
+    start_bytes: int,
+) -> Plan:
+    """The least-recompute plan whose predicted step peak fits `memory_budget`.
+    `make_plan(activation_budget)` plans the blocks' activations.
+
+    Raises:
+        remat.InputError: below the least predicted step peak (stating it in whole bytes and
+            which part of the step sets it).
+    """
+    least = make_plan(2**60)
+    least = make_plan(least.minimum_budget_bytes)
+    floor = predicted_step(least, figures, start_bytes, memory_budget)
+    if floor.predicted_peak_bytes > memory_budget:
+        raise _core.InputError(
+            f"memory_budget: {memory_budget} bytes is below the least peak of this training "
+            f"step, {floor.predicted_peak_bytes} bytes, set by {_SETS[floor.where]} (the step "
+            f"begins holding {start_bytes} bytes). Give at least that, or make the step smaller "
+            "(a smaller batch, or an optimizer with less state)"
+        )
+
+    def fits(candidate: Plan) -> bool:
+        found = predicted_step(candidate, figures, start_bytes, memory_budget)
+        return found.predicted_peak_bytes <= memory_budget
+
+    # The largest activation budget whose plan fits: the predicted step peak grows with it,
+    # not strictly (what a plan holds at the end of the forward can fall as its peak rises).
+    best, low, high = least, least.minimum_budget_bytes, least.no_checkpoint_bytes
+    candidate = make_plan(high)
+    if fits(candidate):
+        best, low = candidate, high
+    while low < high:
+        middle = (low + high + 1) // 2
+        candidate = make_plan(middle)
+        if fits(candidate):
+            best, low = candidate, middle
+        else:
+            high = middle - 1
+    step = predicted_step(best, figures, start_bytes, memory_budget)
+    return dataclasses.replace(best, step=step)
+
+
+def least_step_peak(
+    make_plan: Callable[[int], Plan], figures: StepFigures, start_bytes: int
+) -> int:
+    """The least predicted peak of a step that follows a plan."""
+    least = make_plan(2**60)
+    least = make_plan(least.minimum_budget_bytes)
+    return predicted_step(least, figures, start_bytes, 0).predicted_peak_bytes

@@ -1,0 +1,216 @@
+"""auto_checkpoint's part for a budget on the whole training step's peak (``memory_budget``).
+
+It measures steps part by part (measuring/step_segments.py): the step that measures the blocks,
+and the first steps that follow each plan. From the measuring step it keeps the step's figures
+(planning/step_budget.py); the handle plans each signature's blocks to the activation budget
+that keeps the predicted step peak within the memory budget. A followed step measured over the
+budget adds its excess to the figures and the next step follows a plan made with it (warned
+once). A step that begins holding more than its plan assumed (the optimizer's state appears at
+the first optimizer step) is planned again from the kept profile, without measuring again.
+
+On the CPU the live-storage count runs as a dispatch mode from the model's forward to the end
+of the step (the optimizer step, or the model's next call): a dispatch mode entered before the
+step and left inside it is kept in its place on the stack.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+import torch
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
+
+from ..measuring.step_segments import OUTSIDE, StepRecord, StepSegments, held_bytes
+from ..planning.step_budget import StepFigures, figures_of, plan_step
+from ..types import Plan, Profile
+
+CHECKED_STEPS = 2  # steps measured after each new plan
+
+
+@dataclass
+class _Open:
+    """The step being measured."""
+
+    key: Any
+    segments: StepSegments
+    measuring: bool  # the step measures the blocks (else it follows a plan, checked)
+
+
+def resolve_auto_budget(device: torch.device) -> int:
+    """``memory_budget="auto"``: what the CUDA device can give this process now (free memory,
+    plus what the caching allocator holds for it), less a margin for fragmentation: what the
+    allocator holds beyond live tensors, and at least 5% of the device."""
+    if device.type != "cuda":
+        raise ValueError(
+            f"memory_budget: 'auto' reads a CUDA device's free memory; the blocks run on "
+            f"{device.type}, whose memory remat cannot read. Give the budget in bytes "
+            '(memory_budget="24GiB")'
+        )
+    free, total = torch.cuda.mem_get_info(device)
+    reserved = torch.cuda.memory_reserved(device)
+    allocated = torch.cuda.memory_allocated(device)
+    margin = max(reserved - allocated, total // 20)
+    return free + reserved - margin
+
+
+class StepBudget:
+    """The step-peak budget of one handle (see the module's docstring)."""
+
+    def __init__(
+        self,
+        memory_budget: int | str,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer | None,
+    ) -> None:
+        self.memory_budget = memory_budget  # "auto" until the first step's device is known
+        self._model = model
+        self._optimizers: list[torch.optim.Optimizer] = [] if optimizer is None else [optimizer]
+        self.warn: Callable[[str], None] = print  # the handle's, once it exists
+        self.figures: dict[Any, StepFigures] = {}
+        self._start_of_plan: dict[Any, int] = {}  # bytes held at the start its plan assumed
+        self._checks_left: dict[Any, int] = {}
+        self._open: _Open | None = None
+        self._parameters = {id(p) for p in model.parameters()}
+        self._hooks = [
+            register_optimizer_step_pre_hook(_bound(self, StepBudget._before_optimizer)),
+            register_optimizer_step_post_hook(_bound(self, StepBudget._after_optimizer)),
+        ]
+        weakref.finalize(self, _remove_hooks, self._hooks)
+
+    def remove(self) -> None:
+        self.close()
+
+    # --- measuring steps ---
+
+    def begin(self, key: Any, device: torch.device, held: tuple[Any, ...], measuring: bool) -> None:
+        """The model's forward begins step `key` on `device`: measured when it measures the
+        blocks or is among the first steps of its plan."""
+        if self.memory_budget == "auto":
+            self.memory_budget = resolve_auto_budget(device)
+        if not measuring and self._checks_left.get(key, 0) <= 0:
+            return
+        segments = StepSegments(
+            device,
+            (self._model, *self._optimizers, *held),
+            optimizer_follows=bool(self._optimizers),
+        )
+        segments.begin()
+        self._open = _Open(key, segments, measuring)
+
+    @property
+    def open(self) -> StepSegments | None:
+        """The step being measured, measuring or checked."""
+        return self._open.segments if self._open is not None else None
+
+    @property
+    def segments(self) -> StepSegments | None:
+        return self._open.segments if self._open is not None and self._open.measuring else None
+
+    def _steps_model(self, optimizer: torch.optim.Optimizer) -> bool:
+        return any(id(p) in self._parameters for g in optimizer.param_groups for p in g["params"])
+
+    def _before_optimizer(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
+        if self._open is not None and self._steps_model(optimizer):
+            self._open.segments.optimizer_begins()
+
+    def _after_optimizer(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
+        if not self._steps_model(optimizer):
+            return
+        if all(o is not optimizer for o in self._optimizers):
+            self._optimizers.append(optimizer)  # its state is held from the next step on
+        if self._open is not None:
+            self._open.segments.leave()  # the user's code after the step is not the step's
+
+    def close(self, profiles: dict[Any, Profile] | None = None) -> tuple[Any, bool] | None:
+        """Ends the step being measured. Returns (its key, whether its plan must be made again)."""
+        opened, self._open = self._open, None
+        if opened is None:
+            return None
+        record = opened.segments.finish()
+        if opened.measuring:
+            profile = (profiles or {}).get(opened.key)
+            if profile is None or not record.parts:
+                return None
+            self.figures[opened.key] = figures_of(record, profile)
+            budget = int(self.memory_budget)
+            if record.peak_bytes > budget:
+                self.warn(
+                    f"the step that measured the blocks held {record.peak_bytes} bytes at its "
+                    f"peak, over the memory_budget of {budget} bytes (it runs every block as "
+                    "its own region, and measures one block at a time beside that): "
+                    "remat.torch.measure() reports the least budget that holds that step too"
+                )
+            return opened.key, True
+        return opened.key, self._checked(opened.key, record)
+
+    def _checked(self, key: Any, record: StepRecord) -> bool:
+        self._checks_left[key] = self._checks_left.get(key, 0) - 1
+        budget = int(self.memory_budget)
+        if key not in self.figures:
+            return False
+        # The parts no plan changes (the optimizer step, measured now if the step that
+        # measured the blocks ran before the optimizer was known) are taken as measured.
+        figures = self.figures[key]
+        outside = max(
+            [figures.outside_bytes, *(p for part, p in record.parts if part[0] in OUTSIDE)]
+        )
+        replanned = outside > figures.outside_bytes
+        self.figures[key] = replace(figures, outside_bytes=outside)
+        if record.peak_bytes <= budget:
+            return replanned
+        excess = record.peak_bytes - budget
+        figures = self.figures[key]
+        self.figures[key] = replace(figures, margin_bytes=figures.margin_bytes + excess)
+        self._checks_left[key] = CHECKED_STEPS
+        self.warn(
+            f"a training step measured {record.peak_bytes} bytes at its peak, over the "
+            f"memory_budget of {budget} bytes by {excess}: the next step follows a plan made "
+            "with that excess added"
+        )
+        return True
+
+    # --- planning ---
+
+    def start_bytes(self, device: torch.device, held: tuple[Any, ...]) -> int:
+        """What a step holds as it begins."""
+        if device.type == "cuda":
+            return torch.cuda.memory_allocated(device)
+        return held_bytes(self._model, *self._optimizers, *held, device=device)
+
+    def stale(self, key: Any, start_bytes: int) -> bool:
+        """Whether the plan for `key` assumed a smaller start than this step's."""
+        return key in self.figures and start_bytes > self._start_of_plan.get(key, 2**62)
+
+    def plan(self, key: Any, make_plan: Callable[[int], Plan], start_bytes: int | None) -> Plan:
+        """The plan for `key`: to the step budget when its figures are known, else the least
+        activations (the step that measured has not ended)."""
+        figures = self.figures.get(key)
+        if figures is None or start_bytes is None:
+            least = make_plan(2**60)
+            return make_plan(least.minimum_budget_bytes)
+        start = max(start_bytes, self._start_of_plan.get(key, 0))
+        self._start_of_plan[key] = start
+        self._checks_left[key] = CHECKED_STEPS
+        return plan_step(make_plan, int(self.memory_budget), figures, start)
+
+
+def _remove_hooks(hooks: list[Any]) -> None:
+    for hook in hooks:
+        hook.remove()
+
+
+def _bound(owner: Any, method: Callable[..., Any]) -> Callable[..., Any]:
+    """A hook that does not keep `owner` alive."""
+    reference = weakref.ref(owner)
+
+    def hook(*args: Any) -> None:
+        found = reference()
+        if found is not None:
+            method(found, *args)
+
+    return hook

@@ -1,0 +1,249 @@
+"""memory_budget bounds the whole training step's peak: parameters, gradients, AdamW's state,
+every activation and the backward's working set, each step measured by StepMemoryMeter (which
+agrees with torch's MemTracker, test_step_memory.py), the first step included."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
+
+import remat
+import remat.torch as rt
+from remat.eager.measuring.step_segments import StepRecord, StepSegments
+from remat.eager.run.step_budget import StepBudget
+from zoo import torchvision_cpu  # noqa: F401  (before transformers, which imports torchvision)
+
+STEPS = 3
+
+
+class Residual(nn.Module):
+    """Blocks called in the model's loop, a residual outside them, and a wide head whose logits
+    set the step's peak at some budgets."""
+
+    def __init__(self, depth: int = 6, width: int = 64, classes: int = 1000) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(
+            nn.Sequential(
+                nn.LayerNorm(width),
+                nn.Linear(width, 4 * width),
+                nn.GELU(),
+                nn.Linear(4 * width, width),
+            )
+            for _ in range(depth)
+        )
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = x + layer(x)
+        return self.head(x).float().logsumexp(-1).mean()
+
+
+def _train(model, step, steps=STEPS, optimizer=None, micro_steps=1):
+    """AdamW steps, each metered from the model's call to the optimizer's zero_grad. Returns the
+    peaks, losses and gradients."""
+    torch.manual_seed(0)
+    optimizer = optimizer or torch.optim.AdamW(model.parameters(), lr=1e-3)
+    peaks, losses, grads = [], [], []
+    for _ in range(steps):
+        with rt.StepMemoryMeter(model, optimizer) as meter:
+            for _ in range(micro_steps):
+                loss = step(model)
+                loss.backward()
+                losses.append(loss.detach())
+                del loss
+            # Not copies: the step holds its gradients anyway, and a copy would be the test's.
+            grads.append([p.grad for p in model.parameters() if p.grad is not None])
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        peaks.append(meter.peak_bytes)
+    return peaks, losses, grads
+
+
+def _same(a, b):
+    return all(torch.equal(x, y) for x, y in zip(a, b)) and len(a) == len(b)
+
+
+def _budgets(measured):
+    least, plain = measured.least_budget_bytes, measured.no_checkpoint_step_bytes
+    return [least, (least + plain) // 2, plain]
+
+
+def test_every_step_of_a_residual_model_fits_three_budgets_bit_for_bit():
+    torch.manual_seed(0)
+    model = Residual()
+    x = torch.randn(512, 64)
+    _, losses, grads = _train(copy.deepcopy(model), lambda m: m(x))
+    probe = copy.deepcopy(model)
+    measured = rt.measure(probe, x, optimizer=torch.optim.AdamW(probe.parameters()))
+    assert measured.least_budget_bytes < measured.no_checkpoint_step_bytes
+    for budget in _budgets(measured):
+        trained = copy.deepcopy(model)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            handle = rt.auto_checkpoint(trained, memory_budget=budget)
+            peaks, got_losses, got_grads = _train(trained, lambda m: m(x))
+        assert max(peaks) <= budget, (peaks, budget, handle.plan)
+        assert handle.plan.step is not None and handle.plan.step.memory_budget == budget
+        assert handle.plan.step.predicted_peak_bytes <= budget
+        assert _same(losses, got_losses) and all(map(_same, grads, got_grads))
+
+
+def test_gradient_accumulation_over_two_micro_steps_fits_the_budget():
+    torch.manual_seed(0)
+    model = Residual(depth=4)
+    x = torch.randn(256, 64)
+    _, losses, grads = _train(copy.deepcopy(model), lambda m: m(x), micro_steps=2)
+    probe = copy.deepcopy(model)
+    measured = rt.measure(probe, x, optimizer=torch.optim.AdamW(probe.parameters()))
+    for budget in _budgets(measured)[1:]:
+        trained = copy.deepcopy(model)
+        handle = rt.auto_checkpoint(trained, memory_budget=budget)
+        peaks, got_losses, got_grads = _train(trained, lambda m: m(x), micro_steps=2)
+        assert max(peaks) <= budget, (peaks, budget, handle.plan)
+        assert _same(losses, got_losses) and all(map(_same, grads, got_grads))
+
+
+def test_a_budget_below_the_least_step_peak_is_refused_naming_it_in_bytes():
+    torch.manual_seed(0)
+    model = Residual(depth=4)
+    x = torch.randn(256, 64)
+    measured = rt.measure(copy.deepcopy(model), x)
+    budget = measured.least_budget_bytes // 2
+    with pytest.raises(
+        remat.InputError,
+        match=r"memory_budget: \d+ bytes is below the least "
+        r"peak of this training step, \d+ bytes, set by",
+    ):
+        rt.auto_checkpoint(model, memory_budget=budget, example_inputs=(x,))
+    # The same at the first steps, without example inputs: the step after the one that
+    # measured plans, and refuses.
+    handle = rt.auto_checkpoint(model, memory_budget=budget)
+    model(x).backward()
+    with pytest.raises(remat.InputError, match="below the least peak"):
+        model(x)
+    handle.remove()
+
+
+def test_exactly_one_budget_and_auto_only_on_cuda():
+    model = Residual(depth=2)
+    with pytest.raises(TypeError, match="exactly one of memory_budget= .* activation_budget="):
+        rt.auto_checkpoint(model, memory_budget="1GiB", activation_budget="1GiB")
+    with pytest.raises(TypeError, match="exactly one"):
+        rt.auto_checkpoint(model)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="'auto' reads a CUDA device's free memory.*bytes"):
+            rt.auto_checkpoint(model, memory_budget="auto")
+
+
+def test_a_step_measured_over_its_prediction_replans_with_the_excess_and_warns():
+    """The check after a followed step: its measured excess is added to the figures."""
+    model = Residual(depth=2)
+    budget = StepBudget(1000, model, None)
+    said = []
+    budget.warn = said.append
+    from remat.eager.planning.step_budget import StepFigures
+
+    budget.figures["key"] = StepFigures(100, 200, (), 300)
+    budget._checks_left["key"] = 1
+    assert budget._checked("key", StepRecord(100, ((("pre",), 1200),))) is True
+    assert budget.figures["key"].margin_bytes == 200
+    assert said and "1200 bytes" in said[0] and "1000" in said[0]
+    assert budget._checked("key", StepRecord(100, ((("pre",), 900),))) is False
+
+
+def test_print_plan_shows_the_step_against_the_budget():
+    torch.manual_seed(0)
+    model = Residual(depth=3)
+    x = torch.randn(256, 64)
+    measured = rt.measure(copy.deepcopy(model), x)
+    handle = rt.auto_checkpoint(model, memory_budget=measured.no_checkpoint_step_bytes)
+    for _ in range(2):
+        model(x).backward()
+    text = str(handle.plan)
+    assert "training step: predicted peak" in text and "memory_budget" in text
+
+
+@pytest.mark.parametrize(
+    "name", ["llama", "qwen2", "mixtral", "gpt2", "bert", "t5", "vit", "convnext", "resnet"]
+)
+def test_every_zoo_step_fits_three_budgets_bit_for_bit(name):
+    pytest.importorskip("transformers")
+    pytest.importorskip("timm")
+    from zoo import adopt
+    from zoo.models import ZOO
+
+    zoo = ZOO[name]
+    args, kwargs = zoo.batch()
+    torch.manual_seed(0)
+    model = zoo.build(zoo.attention[0])
+
+    def step(m):
+        return zoo.loss(m(*args, **kwargs))
+
+    _, losses, grads = _train(copy.deepcopy(model), step)
+    probe = copy.deepcopy(model)
+    measured = rt.measure(
+        probe,
+        *args,
+        blocks=adopt.blocks_of(zoo, probe),
+        loss_fn=zoo.loss,
+        optimizer=torch.optim.AdamW(probe.parameters()),
+        **kwargs,
+    )
+    for budget in _budgets(measured):
+        trained = copy.deepcopy(model)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            handle = adopt.enable_step(zoo, trained, budget)
+            peaks, got_losses, got_grads = _train(trained, step)
+        assert max(peaks) <= budget, (name, peaks, budget, handle.plan.step)
+        said = [str(w.message) for w in caught if "remat" in str(w.message)]
+        assert not said, said
+        assert _same(losses, got_losses) and all(map(_same, grads, got_grads)), name
+
+
+class _Noting(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_step_count_leaves_the_users_dispatch_modes_in_place():
+    """On the CPU the count is a dispatch mode from the model's call to the step's end: a mode
+    the user enters inside that stays, and one the user leaves inside it (whose exit pops the
+    top of the stack, the count) is the one taken off when the step ends."""
+    inside = StepSegments(torch.device("cpu"), (), optimizer_follows=True)
+    inside.begin()
+    user = _Noting().__enter__()
+    torch.ones(4) + 1
+    inside.finish()
+    assert _get_current_dispatch_mode_stack() == [user]
+    user.__exit__(None, None, None)
+    assert _get_current_dispatch_mode_stack() == []
+
+    user = _Noting().__enter__()
+    around = StepSegments(torch.device("cpu"), (), optimizer_follows=True)
+    around.begin()
+    user.__exit__(None, None, None)
+    around.finish()
+    assert _get_current_dispatch_mode_stack() == []
+
+
+def test_no_count_is_left_on_the_stack_after_training_or_remove():
+    torch.manual_seed(0)
+    model = Residual(depth=2)
+    x = torch.randn(64, 64)
+    handle = rt.auto_checkpoint(model, memory_budget="1GiB")
+    for _ in range(3):  # no optimizer: the count passes ops through after each backward
+        model(x).backward()
+    assert len(_get_current_dispatch_mode_stack()) == 1
+    handle.remove()
+    assert _get_current_dispatch_mode_stack() == []
+    handle.reinstall()
+    _train(model, lambda m: m(x))  # the optimizer's step ends each measured step
+    assert _get_current_dispatch_mode_stack() == []
