@@ -15,9 +15,10 @@ back is ignored.
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack, _pop_mode, _push_mode
@@ -165,6 +166,18 @@ class StepSegments:
             self.backward_mark(call, inside)
 
         return marked
+
+    @contextlib.contextmanager
+    def uncounted(self) -> Iterator[None]:
+        """On the CPU, what is made inside is not the step's (remat's own copies on the host)."""
+        if self._mode is None:
+            yield
+            return
+        counting, self._mode.counting = self._mode.counting, False
+        try:
+            yield
+        finally:
+            self._mode.counting = counting
 
     def leave(self) -> None:
         """The step ends here: its last part closes and nothing after it counts."""

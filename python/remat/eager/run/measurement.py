@@ -14,6 +14,7 @@ from ... import _distributed
 from ...units import format_bytes, format_seconds
 from .._runtime import _PreservedState, _synchronize, _tensors, clock
 from ..blocks import Blocks, find_blocks
+from ..measuring.step_segments import StepSegments
 from ..planning.offload import plan_with_offload
 from ..planning.planner import plan_profile
 from ..planning.step_budget import least_step_peak, predicted_step
@@ -40,9 +41,11 @@ class Measurement:
         least_activation_budget_bytes: the least ``activation_budget`` auto_checkpoint accepts
             for these inputs.
         least_budget_bytes: the least ``memory_budget`` (the whole step's peak) at which every
-            step fits, the first (which measures) included; None under a process group.
-        no_checkpoint_step_bytes: the step's predicted peak without checkpointing (None where
-            least_budget_bytes is).
+            step fits, the first (which measures) included, plus 0.5% and 64 KiB for the
+            run-to-run variation of a step's peak; None under a process group.
+        no_checkpoint_step_bytes: the least ``memory_budget`` at which nothing is checkpointed:
+            the step's predicted peak without checkpointing, with least_budget_bytes' margin
+            (None where least_budget_bytes is).
         measured_step_bytes: the measured step's own peak (None likewise). Without an
             optimizer given, the step has no optimizer step.
         least_offload_budget_bytes: the least activation budget with ``offload=`` (regions'
@@ -180,10 +183,11 @@ def measure(
     # Measuring drops a cache passed to the blocks as a training step does, but the user's
     # training is not affected: auto_checkpoint or enable() says what it does there.
     handle.warn_on_dropped_caches = False
+    undo: Callable[[], None] = lambda: None  # noqa: E731  (an optimizer step to undo)
     try:
         devices = {t.device for t in _tensors((args, kwargs))}
         parameters = [p for p in model.parameters() if p.requires_grad]
-        state_bytes = 0
+        state_bytes, grads = 0, None
         with _PreservedState([model], devices), torch.enable_grad():
             _synchronize((args, kwargs))
             now = clock()
@@ -193,11 +197,6 @@ def measure(
             if parameters:
                 try:
                     grads = torch.autograd.grad(loss, parameters, allow_unused=True)
-                    if step_budget is not None and step_budget.segments is not None:
-                        step_budget.segments.blocks_done()
-                        if optimizer is not None:
-                            state_bytes = _optimizer_step_undone(optimizer, parameters, grads)
-                    del grads
                 except RuntimeError as error:
                     if "use_reentrant=True" not in str(error):
                         raise
@@ -211,11 +210,20 @@ def measure(
                     ) from error
             _synchronize(loss)
             seconds = now() - start
-            del out, loss
+            # The optimizer steps while the output and the loss are alive, as in a loop that
+            # holds them in variables (outputs = model(batch); outputs.loss.backward()): an
+            # upper bound for loops that free them first.
+            segments = step_budget.segments if step_budget is not None else None
+            if segments is not None:
+                segments.blocks_done()
+                if optimizer is not None and parameters:
+                    state_bytes, undo = _optimizer_step(optimizer, parameters, grads, segments)
+            del out, loss, grads
         made: Plan | None = handle.plan
         if step_budget is not None:
             handle._end_measured_step()
     finally:
+        undo()
         handle.remove()
     if made is None:
         raise ValueError(f"blocks: none of {chosen.path} was called by the model's forward")
@@ -234,6 +242,11 @@ def measure(
     return result
 
 
+# least_budget_bytes adds 0.5% of the predicted least step peak and 64 KiB.
+# The same margin over no_checkpoint_step_bytes.
+LEAST_SHARE, LEAST_SLACK = 200, 64 * 1024
+
+
 def _with_step_figures(result: Measurement, step_budget: StepBudget, state: int) -> Measurement:
     """The step's least and plain peaks, from the measured step's figures; `state`: the bytes
     of optimizer state its optimizer step created (held by every later step)."""
@@ -247,39 +260,61 @@ def _with_step_figures(result: Measurement, step_budget: StepBudget, state: int)
 
     least = least_step_peak(make_plan, figures, start)
     plain = predicted_step(make_plan(2**60), figures, start, 0).predicted_peak_bytes
+    # Objects freed by Python's cycle collection (checkpoint frames with their RNG states, say)
+    # make a step's peak vary from run to run: up to 33 KB on the zoo. The least is stated with
+    # a margin for that.
+    least = max(least, figures.measured_peak_bytes)
     return dataclasses.replace(
         result,
-        least_budget_bytes=max(least, figures.measured_peak_bytes),
-        no_checkpoint_step_bytes=plain,
+        least_budget_bytes=least + least // LEAST_SHARE + LEAST_SLACK,
+        no_checkpoint_step_bytes=max(plain, least) + plain // LEAST_SHARE + LEAST_SLACK,
         measured_step_bytes=figures.measured_peak_bytes,
     )
 
 
-def _optimizer_step_undone(
+def _optimizer_step(
     optimizer: torch.optim.Optimizer,
     parameters: list[torch.Tensor],
-    grads: tuple[torch.Tensor | None, ...],
-) -> int:
-    """Runs `optimizer`'s step on `grads`, measured with the rest of the step, and undoes it:
-    the parameters, their .grad and the optimizer's state are as they were. Returns the bytes
-    of state the step created."""
-    before = copy.deepcopy(optimizer.state_dict())
-    held = [p.detach().clone() for p in parameters]  # made before: not the step's
+    grads: Any,
+    segments: StepSegments,
+) -> tuple[int, Callable[[], None]]:
+    """Runs `optimizer`'s step on `grads` as a part of the measured step. Returns the bytes of
+    state it created, and what undoes it (the parameters, their .grad and the optimizer's state
+    as they were), to call once the step's measuring has ended."""
+    with segments.uncounted():  # copies on the host, not the step's
+        before = _to_host(optimizer.state_dict())
+        held = [p.detach().to("cpu", copy=True) for p in parameters]
     own = [p.grad for p in parameters]
     state_before = _state_bytes(optimizer)
+    segments.optimizer_begins()
+    for p, grad in zip(parameters, grads):
+        p.grad = grad
     try:
-        for p, grad in zip(parameters, grads):
-            p.grad = grad
         optimizer.step()
-        return _state_bytes(optimizer) - state_before
+        created = _state_bytes(optimizer) - state_before
     finally:
+        for p, grad in zip(parameters, own):
+            p.grad = grad
+
+    def undo() -> None:
         with torch.no_grad():
-            for p, value, grad in zip(parameters, held, own):
+            for p, value in zip(parameters, held):
                 p.copy_(value)
-                p.grad = grad
         optimizer.load_state_dict(before)
         if not before["state"]:
             optimizer.state.clear()
+
+    return created, undo
+
+
+def _to_host(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {k: _to_host(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_host(v) for v in value)
+    return copy.deepcopy(value)
 
 
 def _state_bytes(optimizer: torch.optim.Optimizer) -> int:
