@@ -64,6 +64,12 @@ class _LiveStorages(TorchDispatchMode):
         self.current += size
         self.peak = max(self.peak, self.current)
 
+    def hold_all(self, objects: tuple[Any, ...]) -> None:
+        """Holds the storages of what a step holds before it starts (see _held_tensors)."""
+        for tensor in _held_tensors(objects):
+            for storage in _storages(tensor):
+                self.hold(storage)
+
     def _release(self, key: int) -> None:
         entry = self._alive.pop(key, None)
         if entry is not None:
@@ -162,9 +168,7 @@ class StepMemoryMeter:
             _open_cuda_meters.setdefault(self.device, []).append(self)
             return self
         self._mode = _LiveStorages(self.device.type)
-        for tensor in _held_tensors(self._held):
-            for storage in _storages(tensor):
-                self._mode.hold(storage)
+        self._mode.hold_all(self._held)
         self.start_bytes = self._mode.current
         self._mode.__enter__()
         return self

@@ -85,9 +85,7 @@ class StepSegments:
             self.start_bytes = torch.cuda.memory_allocated(self.device)
         else:
             self._mode = _LiveStorages(self.device.type)
-            for tensor in _held_tensors(self._held):
-                for storage in _storages(tensor):
-                    self._mode.hold(storage)
+            self._mode.hold_all(self._held)
             self.start_bytes = self._mode.current
             # Pushed, not entered: the mode is left where the step ends, which may lie inside
             # a mode the user enters later and leaves after it (see _remove).

@@ -146,6 +146,12 @@ _SETS = {
 }
 
 
+def least_plan(make_plan: Callable[[int], Plan]) -> Plan:
+    """The plan at the least activation budget any plan reaches (which planning at any budget
+    reports)."""
+    return make_plan(make_plan(2**60).minimum_budget_bytes)
+
+
 def plan_step(
     make_plan: Callable[[int], Plan],
     memory_budget: int,
@@ -159,8 +165,7 @@ def plan_step(
         remat.InputError: below the least predicted step peak (stating it in whole bytes and
             which part of the step sets it).
     """
-    least = make_plan(2**60)
-    least = make_plan(least.minimum_budget_bytes)
+    least = least_plan(make_plan)
     floor = predicted_step(least, figures, start_bytes, memory_budget)
     if floor.predicted_peak_bytes > memory_budget:
         raise _core.InputError(
@@ -195,6 +200,4 @@ def least_step_peak(
     make_plan: Callable[[int], Plan], figures: StepFigures, start_bytes: int
 ) -> int:
     """The least predicted peak of a step that follows a plan."""
-    least = make_plan(2**60)
-    least = make_plan(least.minimum_budget_bytes)
-    return predicted_step(least, figures, start_bytes, 0).predicted_peak_bytes
+    return predicted_step(least_plan(make_plan), figures, start_bytes, 0).predicted_peak_bytes

@@ -26,7 +26,7 @@ from torch.optim.optimizer import (
 )
 
 from ..measuring.step_segments import OUTSIDE, StepRecord, StepSegments, held_bytes
-from ..planning.step_budget import StepFigures, figures_of, plan_step
+from ..planning.step_budget import StepFigures, figures_of, least_plan, plan_step
 from ..types import Plan, Profile
 
 CHECKED_STEPS = 2  # steps measured after each new plan
@@ -191,8 +191,7 @@ class StepBudget:
         activations (the step that measured has not ended)."""
         figures = self.figures.get(key)
         if figures is None or start_bytes is None:
-            least = make_plan(2**60)
-            return make_plan(least.minimum_budget_bytes)
+            return least_plan(make_plan)
         start = max(start_bytes, self._start_of_plan.get(key, 0))
         self._start_of_plan[key] = start
         self._checks_left[key] = CHECKED_STEPS
