@@ -44,14 +44,14 @@ class Residual(nn.Module):
         return self.head(x).float().logsumexp(-1).mean()
 
 
-def _train(model, step, steps=STEPS, optimizer=None, micro_steps=1):
-    """AdamW steps, each metered from the model's call to the optimizer's zero_grad. Returns the
-    peaks, losses and gradients."""
+def _train(model, step, steps=STEPS, optimizer=None, micro_steps=1, batch=()):
+    """AdamW steps, each metered from the model's call to the optimizer's zero_grad (with the
+    tensors in `batch` as held). Returns the peaks, losses and gradients."""
     torch.manual_seed(0)
     optimizer = optimizer or torch.optim.AdamW(model.parameters(), lr=1e-3)
     peaks, losses, grads = [], [], []
     for _ in range(steps):
-        with rt.StepMemoryMeter(model, optimizer) as meter:
+        with rt.StepMemoryMeter(model, optimizer, batch) as meter:
             for _ in range(micro_steps):
                 loss = step(model)
                 loss.backward()
@@ -206,6 +206,71 @@ def test_every_zoo_step_fits_three_budgets_bit_for_bit(name):
         said = [str(w.message) for w in caught if "remat" in str(w.message)]
         assert not said, said
         assert _same(losses, got_losses) and all(map(_same, grads, got_grads)), name
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2", "mixtral", "gpt2", "bert", "t5"])
+def test_the_least_step_peak_is_at_most_hf_checkpointings(name):
+    """measure()'s least feasible step peak is no more than the step peak of Hugging Face's own
+    checkpointing (remat never refuses what HF reaches); on a decoder, a step planned to that
+    peak holds no more than HF's, bit for bit with plain training."""
+    pytest.importorskip("transformers")
+    from zoo import adopt
+    from zoo.models import ZOO
+
+    zoo = ZOO[name]
+    args, kwargs = zoo.batch()
+    torch.manual_seed(0)
+    model = zoo.build(zoo.attention[0])
+
+    def step(m):
+        return zoo.loss(m(*args, **kwargs))
+
+    # The batch counts as the step's, as remat counts it (and CUDA's allocator does).
+    batch = (args, kwargs)
+    _, losses, grads = _train(copy.deepcopy(model), step, batch=batch)
+    hf = copy.deepcopy(model)
+    hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    hf_peak = max(_train(hf, step, batch=batch)[0])
+    probe = copy.deepcopy(model)
+    measured = rt.measure(
+        probe,
+        *args,
+        blocks=adopt.blocks_of(zoo, probe),
+        loss_fn=zoo.loss,
+        optimizer=torch.optim.AdamW(probe.parameters()),
+        **kwargs,
+    )
+    assert measured.least_budget_bytes <= hf_peak, (name, measured.least_budget_bytes, hf_peak)
+    if not zoo.decoder:
+        return
+    trained = copy.deepcopy(model)
+    adopt.enable_step(zoo, trained, hf_peak)
+    peaks, got_losses, got_grads = _train(trained, step, batch=batch)
+    assert max(peaks) <= hf_peak, (name, peaks, hf_peak)
+    assert _same(losses, got_losses) and all(map(_same, grads, got_grads)), name
+
+
+def test_a_measured_region_frees_its_inputs_with_its_backward():
+    """The measuring step's regions free what they saved when their backward is done, as a
+    checkpoint does, not when Python's cycle collector next runs: no frame outlives the step."""
+    import gc
+
+    from torch.utils.checkpoint import _CheckpointFrame
+
+    model = Residual(depth=3)
+    x = torch.randn(64, 64)
+    handle = rt.auto_checkpoint(model, activation_budget=2**40)
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        model(x).backward()
+        frames = [o for o in gc.get_objects() if isinstance(o, _CheckpointFrame)]
+    finally:
+        if enabled:
+            gc.enable()
+        handle.remove()
+    assert not frames
 
 
 class _Noting(TorchDispatchMode):

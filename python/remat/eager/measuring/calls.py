@@ -138,6 +138,10 @@ class SaveRecorder:
         self._hooks.__exit__(*exc)
         self._hooks = None
         self._alive.clear()
+        # The hand-on pack closes over this object and the checkpoint's pack hook, which holds
+        # its frame: a reference cycle that kept every measured region's saved inputs alive
+        # until Python's collector ran, not until the block's backward freed them.
+        self.pack = None
 
 
 @dataclass(frozen=True)
@@ -231,6 +235,7 @@ class CallWatch:
         try:
             self._watch.__exit__(kind, error, traceback)
         finally:
+            self._watch.own_pack = None  # (see SaveRecorder.__exit__)
             self._saved.__exit__(kind, error, traceback)
             self._grad.__exit__(kind, error, traceback)
         # Measured inputs are leaves: autograd refuses in-place ops on them.

@@ -41,11 +41,14 @@ class Measurement:
         least_activation_budget_bytes: the least ``activation_budget`` auto_checkpoint accepts
             for these inputs.
         least_budget_bytes: the least ``memory_budget`` (the whole step's peak) at which every
-            step fits, the first (which measures) included, plus 0.5% and 64 KiB for the
-            run-to-run variation of a step's peak; None under a process group.
+            step fits, the first (which measures) included, for a loop that keeps the loss,
+            lets the rest of the model's output go before the backward and sets gradients to
+            None between steps, as Hugging Face's Trainer does (a loop that holds the output,
+            or accumulates gradients over steps, holds their bytes too); None under a process
+            group.
         no_checkpoint_step_bytes: the least ``memory_budget`` at which nothing is checkpointed:
-            the step's predicted peak without checkpointing, with least_budget_bytes' margin
-            (None where least_budget_bytes is).
+            the step's predicted peak without checkpointing (None where least_budget_bytes
+            is).
         measured_step_bytes: the measured step's own peak (None likewise). Without an
             optimizer given, the step has no optimizer step.
         least_offload_budget_bytes: the least activation budget with ``offload=`` (regions'
@@ -192,8 +195,9 @@ def measure(
             _synchronize((args, kwargs))
             now = clock()
             start = now()
-            out = model(*args, **kwargs)
-            loss = (loss_fn or _default_loss)(out)
+            # Only the loss is kept, through the optimizer step, as Hugging Face's Trainer and
+            # `loss = model(batch).loss` keep it: the output (the logits) goes before backward.
+            loss = (loss_fn or _default_loss)(model(*args, **kwargs))
             if parameters:
                 try:
                     grads = torch.autograd.grad(loss, parameters, allow_unused=True)
@@ -210,15 +214,12 @@ def measure(
                     ) from error
             _synchronize(loss)
             seconds = now() - start
-            # The optimizer steps while the output and the loss are alive, as in a loop that
-            # holds them in variables (outputs = model(batch); outputs.loss.backward()): an
-            # upper bound for loops that free them first.
             segments = step_budget.segments if step_budget is not None else None
             if segments is not None:
                 segments.blocks_done()
                 if optimizer is not None and parameters:
                     state_bytes, undo = _optimizer_step(optimizer, parameters, grads, segments)
-            del out, loss, grads
+            del loss, grads
         made: Plan | None = handle.plan
         if step_budget is not None:
             handle._end_measured_step()
@@ -242,11 +243,6 @@ def measure(
     return result
 
 
-# least_budget_bytes adds 0.5% of the predicted least step peak and 64 KiB.
-# The same margin over no_checkpoint_step_bytes.
-LEAST_SHARE, LEAST_SLACK = 200, 64 * 1024
-
-
 def _with_step_figures(result: Measurement, step_budget: StepBudget, state: int) -> Measurement:
     """The step's least and plain peaks, from the measured step's figures; `state`: the bytes
     of optimizer state its optimizer step created (held by every later step)."""
@@ -258,16 +254,12 @@ def _with_step_figures(result: Measurement, step_budget: StepBudget, state: int)
     def make_plan(budget: int) -> Plan:
         return plan_profile(result.profile, budget)
 
-    least = least_step_peak(make_plan, figures, start)
+    least = max(least_step_peak(make_plan, figures, start), figures.measured_peak_bytes)
     plain = predicted_step(make_plan(2**60), figures, start, 0).predicted_peak_bytes
-    # Objects freed by Python's cycle collection (checkpoint frames with their RNG states, say)
-    # make a step's peak vary from run to run: up to 33 KB on the zoo. The least is stated with
-    # a margin for that.
-    least = max(least, figures.measured_peak_bytes)
     return dataclasses.replace(
         result,
-        least_budget_bytes=least + least // LEAST_SHARE + LEAST_SLACK,
-        no_checkpoint_step_bytes=max(plain, least) + plain // LEAST_SHARE + LEAST_SLACK,
+        least_budget_bytes=least,
+        no_checkpoint_step_bytes=max(plain, least),
         measured_step_bytes=figures.measured_peak_bytes,
     )
 
