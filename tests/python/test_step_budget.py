@@ -157,6 +157,26 @@ def test_a_step_measured_over_its_prediction_replans_with_the_excess_and_warns()
     assert budget._checked("key", StepRecord(100, ((("pre",), 900),))) is False
 
 
+def test_the_first_two_steps_that_follow_a_plan_are_checked():
+    torch.manual_seed(0)
+    model = Residual(depth=4)
+    x = torch.randn(256, 64)
+    probe = copy.deepcopy(model)
+    measured = rt.measure(probe, x, optimizer=torch.optim.AdamW(probe.parameters()))
+    optimizer = torch.optim.AdamW(model.parameters())
+    handle = rt.auto_checkpoint(model, memory_budget=_budgets(measured)[1], optimizer=optimizer)
+    measured_steps = []
+    for _ in range(4):
+        loss = model(x)
+        measured_steps.append(handle.step_budget.open is not None)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    # The measuring step, then the first two that follow its plan (a check that finds the
+    # optimizer step's peak moved plans again, and checks the next two).
+    assert measured_steps[:3] == [True, True, True]
+
+
 def test_print_plan_shows_the_step_against_the_budget():
     torch.manual_seed(0)
     model = Residual(depth=3)

@@ -5,8 +5,10 @@ The planner bounds the blocks' activations. The step holds more: what it begins 
 logits, the loss), the backward's working set beside the blocks, and the optimizer step. One
 measured step, read part by part (measuring/step_segments.py), gives three figures:
 
-- outside: the peak before the blocks' forward and after their backward, where no block
-  activation is held (the optimizer step); plan-independent, in whole bytes;
+- outside: the optimizer step's peak, in whole bytes (its state, created by the first one, is
+  what later steps begin with); plan-independent. The parts before the blocks' forward and
+  after their backward hold no block activation either, but are counted from the step's
+  start, as the next two are;
 - head: the peak after the blocks' forward and before their backward, less what the blocks
   held then; a plan holds its own held-at-end-of-forward bytes there;
 - blocks: the largest peak in a block's forward or backward (or between blocks), less a lower
@@ -71,6 +73,8 @@ class _Activations:
         )
 
     def __call__(self, part: Part) -> int:
+        if part in _NO_BLOCK_ACTIVATIONS:
+            return 0
         kind, call = part[0], part[1]
         if kind == "forward":
             return self._working(call, call)
@@ -90,8 +94,15 @@ def _every_call_a_region(profile: Profile) -> Plan:
     return Plan(regions, 0, 0, 0.0, 0, 0, profile)
 
 
+# Parts of the step where no block activation is held but what the step began with is: their
+# peaks are counted from the step's start, as the blocks' parts are.
+_NO_BLOCK_ACTIVATIONS = (("pre",), ("done",))
+
+
 def _outside(part: Part, calls: int) -> bool:
-    return part[0] in OUTSIDE or (part[0] == "before" and part[1] == 0) or part[1] >= calls
+    """Parts whose peak is taken whole: the optimizer step (whose state, created by the first
+    one, the later steps begin with), and any beyond the profile's calls."""
+    return part == ("optimizer",) or (part[0] not in OUTSIDE and part[1] >= calls)
 
 
 def figures_of(record: StepRecord, profile: Profile) -> StepFigures:
@@ -108,6 +119,12 @@ def figures_of(record: StepRecord, profile: Profile) -> StepFigures:
     return StepFigures(record.start_bytes, outside, tuple(beside), record.peak_bytes)
 
 
+def _where(part: Part | None, calls: int) -> str:
+    if part is None or part in _NO_BLOCK_ACTIVATIONS or part == ("before", 0):
+        return "outside"
+    return "head" if part == ("after", calls - 1) else "blocks"
+
+
 def predicted_step(
     plan: Plan, figures: StepFigures, start_bytes: int, memory_budget: int
 ) -> StepPeak:
@@ -120,9 +137,8 @@ def predicted_step(
         held = start_bytes + beside + activations(part) + margin
         if held > peak:
             peak, at = held, part
-    where = "outside" if at is None else "head" if at == ("after", calls - 1) else "blocks"
     head = next((b for p, b in figures.beside if p == ("after", calls - 1)), 0)
-    working = max((b for p, b in figures.beside if p[0] != "after"), default=0)
+    working = max((b for p, b in figures.beside if _where(p, calls) == "blocks"), default=0)
     return StepPeak(
         memory_budget=memory_budget,
         predicted_peak_bytes=peak,
@@ -131,14 +147,14 @@ def predicted_step(
         working_bytes=working + margin,
         head_bytes=head,
         outside_bytes=figures.outside_bytes,
-        where=where,
+        where=_where(at, calls),
         margin_bytes=margin,
     )
 
 
 _SETS = {
-    "outside": "the step outside the blocks: parameters, gradients and optimizer state at the "
-    "optimizer step",
+    "outside": "the step outside the blocks (before them, after their backward or at the "
+    "optimizer step): parameters, gradients and optimizer state",
     "head": "the code after the blocks (the head's logits and the loss) beside the blocks' "
     "least held activations",
     "blocks": "the blocks' least activations beside what the step holds while they run "

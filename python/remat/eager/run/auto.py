@@ -268,12 +268,13 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
             known = known or (stale and key in self._profiles and key in self.step_budget.figures)
             if known:
                 found = None
-            self.step_budget.begin(
-                key, device, (args, kwargs), measuring=found is None and not known
-            )
+        measuring = found is None and not known
         if found is None and known:  # every rank has profiled its inputs: plan, all together
             profile, calls = self._profiles[key]
             found = self._make_block_plan(plan_key, key, profile, calls)
+        if self.step_budget is not None:
+            # After planning: the first step that follows a new plan is among those checked.
+            self.step_budget.begin(key, device, (args, kwargs), measuring=measuring)
         self._step = _Step(key, plan_key, found.plan if found else None)
         if found is None:
             if self.blocks.chain is None:  # a chain measures and plans when it is called

@@ -25,7 +25,7 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
-from ..measuring.step_segments import OUTSIDE, StepRecord, StepSegments, held_bytes
+from ..measuring.step_segments import StepRecord, StepSegments, held_bytes
 from ..planning.step_budget import StepFigures, figures_of, least_plan, plan_step
 from ..types import Plan, Profile
 
@@ -153,12 +153,11 @@ class StepBudget:
         budget = int(self.memory_budget)
         if key not in self.figures:
             return False
-        # The parts no plan changes (the optimizer step, measured now if the step that
-        # measured the blocks ran before the optimizer was known) are taken as measured.
+        # The optimizer step, which no plan changes, is taken as measured (it is measured now
+        # if the step that measured the blocks ran before the optimizer was known).
         figures = self.figures[key]
-        outside = max(
-            [figures.outside_bytes, *(p for part, p in record.parts if part[0] in OUTSIDE)]
-        )
+        optimizer = (p for part, p in record.parts if part == ("optimizer",))
+        outside = max([figures.outside_bytes, *optimizer])
         replanned = outside > figures.outside_bytes
         self.figures[key] = replace(figures, outside_bytes=outside)
         if record.peak_bytes <= budget:
