@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
-from ... import _core
+from ... import _core, _distributed
 from ..measuring.step_segments import OUTSIDE, Part, StepRecord
 from ..types import Plan, Profile, Region, StepPeak
 
@@ -160,6 +160,37 @@ _SETS = {
     "blocks": "the blocks' least activations beside what the step holds while they run "
     "(parameters, gradients, optimizer state, the backward's working set)",
 }
+
+
+def agree_on_figures(
+    figures: StepFigures | None, start_bytes: int, memory_budget: int, group: Any = None
+) -> tuple[StepFigures | None, int, int]:
+    """The figures, start and budget every rank of a process group plans one plan from: each
+    figure the largest any rank measured (so each rank's prediction bounds its own step), the
+    least budget (each rank's "auto" may differ), and no figures unless every rank has its own.
+    Alone, its own."""
+    if not _distributed.active(group):
+        return figures, start_bytes, memory_budget
+    gathered = _distributed.all_gather(
+        (figures, start_bytes, memory_budget), "the step's figures", group
+    )
+    budget = min(b for _, _, b in gathered)
+    start = max(s for _, s, _ in gathered)
+    found = [f for f, _, _ in gathered if f is not None]
+    if len(found) < len(gathered):
+        return None, start, budget
+    beside: dict[Part, int] = {}
+    for each in found:
+        for part, bytes_ in each.beside:
+            beside[part] = max(beside.get(part, 0), bytes_)
+    agreed = StepFigures(
+        start_bytes=max(f.start_bytes for f in found),
+        outside_bytes=max(f.outside_bytes for f in found),
+        beside=tuple(beside.items()),
+        measured_peak_bytes=max(f.measured_peak_bytes for f in found),
+        margin_bytes=max(f.margin_bytes for f in found),
+    )
+    return agreed, start, budget
 
 
 def least_plan(make_plan: Callable[[int], Plan]) -> Plan:

@@ -119,6 +119,7 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
         # integration that documents the drop turns it off).
         self.warn_on_dropped_caches = True
         self._block_plans: dict[Any, _BlockPlan] = {}
+        self._replan_keys: set[Any] = set()  # (step budget) keys whose figures changed
         # Under a process group: this rank's number for each key, and the profile it measured
         # for it (with its calls), from which a plan for a new combination of the ranks' keys
         # is made without measuring again.
@@ -262,10 +263,15 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
             devices = [t.device for t in _tensors((args, kwargs))]
             device = devices[0] if devices else self._device
             self._start_bytes = self.step_budget.start_bytes(device, (args, kwargs))
-            stale = found is None or self.step_budget.stale(key, self._start_bytes)
             # Planned again from the kept profile: its step's figures are in (the step that
             # measured has ended), or this step begins holding more than its plan assumed.
-            known = known or (stale and key in self._profiles and key in self.step_budget.figures)
+            if _distributed.active(self.plan_group):
+                known = known or self._replan_together(key, found)
+            else:
+                stale = found is None or self.step_budget.stale(key, self._start_bytes)
+                known = known or (
+                    stale and key in self._profiles and key in self.step_budget.figures
+                )
             if known:
                 found = None
         measuring = found is None and not known
@@ -295,8 +301,29 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
         assert self.step_budget is not None
         profiles = {key: profile for key, (profile, _) in self._profiles.items()}
         ended = self.step_budget.close(profiles)
-        if ended is not None and ended[1]:
+        if ended is None or not ended[1]:
+            return
+        if _distributed.active(self.plan_group):  # its plan is kept under every rank's keys
+            self._replan_keys.add(ended[0])
+        else:
             self._block_plans.pop(ended[0], None)  # planned again from its profile
+
+    def _replan_together(self, key: Any, found: Any) -> bool:
+        """Under a process group, whether every rank plans this step again, all together (one
+        plan for all): when any rank's figures call for it and every rank can (its inputs
+        profiled and its step's figures in). One all_gather a step."""
+        assert self.step_budget is not None
+        can = key in self._profiles and key in self.step_budget.figures
+        wants = can and (
+            key in self._replan_keys
+            or found is None
+            or self.step_budget.stale(key, self._start_bytes or 0)
+        )
+        gathered = _distributed.all_gather((wants, can), "whether to plan again", self.plan_group)
+        again = any(w for w, _ in gathered) and all(c for _, c in gathered)
+        if again:
+            self._replan_keys.discard(key)
+        return again
 
     def _plan_key(self, key: Any, known: bool) -> tuple[Any, bool]:
         """What a step's plan is kept under, and whether every rank has profiled its inputs.
@@ -523,11 +550,6 @@ def _for_step_budget(
     chosen: Blocks, memory_budget: Any, plan_group: Any, microbatches_in_flight: int
 ) -> Blocks:
     """The blocks as a budget on the step's peak plans them: call by call."""
-    if _distributed.active(plan_group):
-        raise ValueError(
-            "memory_budget: under a process group, give activation_budget= (the blocks' "
-            "activations on each rank); a budget on each rank's whole step is not planned yet"
-        )
     if microbatches_in_flight != 1:
         raise ValueError(
             "memory_budget: a pipeline stage (microbatches_in_flight > 1) takes "

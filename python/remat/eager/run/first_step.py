@@ -168,7 +168,11 @@ class FirstStep:
     ) -> _BlockPlan:
         """The plan of this rank's `calls` from its `profile` (agreed on with the other ranks),
         kept under `plan_key`."""
-        profile = agree_on_profile(profile, self.activation_budget or 0, self.plan_group)
+        # Every rank must be given the same budget ("auto" is agreed on with the figures).
+        budget = self.activation_budget or 0
+        if self.step_budget is not None and not self.step_budget.auto:
+            budget = int(self.step_budget.memory_budget)
+        profile = agree_on_profile(profile, budget, self.plan_group)
         offload = self.offload.for_device(self._device, self.plan_group)
 
         def make_plan(activation_budget: int) -> Plan:
@@ -188,7 +192,7 @@ class FirstStep:
             )
 
         if self.step_budget is not None:
-            made = self.step_budget.plan(key, make_plan, self._start_bytes)
+            made = self.step_budget.plan(key, make_plan, self._start_bytes, self.plan_group)
         else:
             assert self.activation_budget is not None
             made = make_plan(self.activation_budget)

@@ -25,8 +25,15 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
+from ...saved_memory import has_fsdp_modules
 from ..measuring.step_segments import StepRecord, StepSegments, held_bytes
-from ..planning.step_budget import StepFigures, figures_of, least_plan, plan_step
+from ..planning.step_budget import (
+    StepFigures,
+    agree_on_figures,
+    figures_of,
+    least_plan,
+    plan_step,
+)
 from ..types import Plan, Profile
 
 CHECKED_STEPS = 2  # steps measured after each new plan
@@ -68,6 +75,7 @@ class StepBudget:
         optimizer: torch.optim.Optimizer | None,
     ) -> None:
         self.memory_budget = memory_budget  # "auto" until the first step's device is known
+        self.auto = memory_budget == "auto"  # resolved by each rank: the ranks take the least
         self._model = model
         self._optimizers: list[torch.optim.Optimizer] = [] if optimizer is None else [optimizer]
         self.warn: Callable[[str], None] = print  # the handle's, once it exists
@@ -92,6 +100,13 @@ class StepBudget:
         blocks or is among the first steps of its plan."""
         if self.memory_budget == "auto":
             self.memory_budget = resolve_auto_budget(device)
+        if device.type != "cuda" and has_fsdp_modules(self._model):
+            raise ValueError(
+                "memory_budget: FSDP2 gathers a module's parameters by resizing their storage "
+                "in place, which remat's count of a step's bytes off CUDA cannot see. Give "
+                "activation_budget= (the blocks' activations on each rank), or train on CUDA, "
+                "whose allocator counts every byte"
+            )
         if not measuring and self._checks_left.get(key, 0) <= 0:
             return
         segments = StepSegments(
@@ -185,16 +200,26 @@ class StepBudget:
         """Whether the plan for `key` assumed a smaller start than this step's."""
         return key in self.figures and start_bytes > self._start_of_plan.get(key, 2**62)
 
-    def plan(self, key: Any, make_plan: Callable[[int], Plan], start_bytes: int | None) -> Plan:
+    def plan(
+        self,
+        key: Any,
+        make_plan: Callable[[int], Plan],
+        start_bytes: int | None,
+        group: Any = None,
+    ) -> Plan:
         """The plan for `key`: to the step budget when its figures are known, else the least
-        activations (the step that measured has not ended)."""
-        figures = self.figures.get(key)
-        if figures is None or start_bytes is None:
+        activations (the step that measured has not ended). Under a process group, one plan
+        for every rank, from the largest figures any rank measured (agree_on_figures)."""
+        figures = self.figures.get(key) if start_bytes is not None else None
+        start = max(start_bytes or 0, self._start_of_plan.get(key, 0))
+        figures, agreed_start, budget = agree_on_figures(
+            figures, start, int(self.memory_budget), group
+        )
+        if figures is None:
             return least_plan(make_plan)
-        start = max(start_bytes, self._start_of_plan.get(key, 0))
         self._start_of_plan[key] = start
         self._checks_left[key] = CHECKED_STEPS
-        return plan_step(make_plan, int(self.memory_budget), figures, start)
+        return plan_step(make_plan, budget, figures, agreed_start)
 
 
 def _remove_hooks(hooks: list[Any]) -> None:
