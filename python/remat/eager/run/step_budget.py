@@ -100,6 +100,8 @@ class StepBudget:
         blocks or is among the first steps of its plan."""
         if self.memory_budget == "auto":
             self.memory_budget = resolve_auto_budget(device)
+        if not measuring and self._checks_left.get(key, 0) <= 0:
+            return
         if device.type != "cuda" and has_fsdp_modules(self._model):
             raise ValueError(
                 "memory_budget: FSDP2 gathers a module's parameters by resizing their storage "
@@ -107,8 +109,6 @@ class StepBudget:
                 "activation_budget= (the blocks' activations on each rank), or train on CUDA, "
                 "whose allocator counts every byte"
             )
-        if not measuring and self._checks_left.get(key, 0) <= 0:
-            return
         segments = StepSegments(
             device,
             (self._model, *self._optimizers, *held),
