@@ -85,7 +85,7 @@ def test_enable_finds_each_familys_blocks_and_trains_bit_for_bit(family):
     plain = copy.deepcopy(model)
     x = torch.randn(2, 3, 32, 32)
     handle = remat_timm.enable(model, activation_budget=1)  # below any plan: refused at step 0
-    with pytest.raises(Exception, match="memory_budget"):
+    with pytest.raises(Exception, match="activation_budget: 1 byte is below"):
         model(x).sum().backward()
     handle.remove()
     model.zero_grad(set_to_none=True)

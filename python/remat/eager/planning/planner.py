@@ -3,8 +3,9 @@ and the stage budget of a pipeline stage that holds several microbatches (1F1B).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Any
+from typing import Any, Iterator
 
 from ... import _core
 from ...units import parse_bytes
@@ -54,6 +55,19 @@ def check_planner_options(slots: int | None, microbatches_in_flight: int) -> Non
         raise ValueError(
             f"microbatches_in_flight: expected a whole number >= 1, got {microbatches_in_flight!r}"
         )
+
+
+@contextlib.contextmanager
+def budget_named(field: str) -> Iterator[None]:
+    """The planner's errors name its budget `memory_budget`; a caller that took it under
+    another name (auto_checkpoint's `activation_budget`) has them name that instead."""
+    try:
+        yield
+    except _core.InputError as error:
+        said = str(error)
+        if not said.startswith("memory_budget:"):
+            raise
+        raise _core.InputError(field + said[len("memory_budget") :]) from None
 
 
 def plan_profile(

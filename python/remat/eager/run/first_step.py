@@ -20,7 +20,7 @@ from ..measuring.chain import _region_overhead
 from ..measuring.ops import op_recorder, recorded_profile
 from ..planning.agree import agree_on_profile
 from ..planning.offload import plan_with_offload
-from ..planning.planner import plan_profile
+from ..planning.planner import budget_named, plan_profile
 from ..snapshots import CallSnapshot
 from ..types import Plan, Profile
 from .step import _BlockPlan, _Step
@@ -195,7 +195,8 @@ class FirstStep:
             made = self.step_budget.plan(key, make_plan, self._start_bytes, self.plan_group)
         else:
             assert self.activation_budget is not None
-            made = make_plan(self.activation_budget)
+            with budget_named("activation_budget"):
+                made = make_plan(self.activation_budget)
         _distributed.verify_same_plan(
             (made.regions, made.options, made.offloaded, made.inputs_offloaded),
             group=self.plan_group,
