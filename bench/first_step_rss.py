@@ -35,7 +35,7 @@ def main() -> None:
         if mode == "plain":
             y = model(x)
         else:
-            y = rt.checkpoint_sequential(model, x, memory_budget="512MiB", tune=mode == "tune")
+            y = rt.checkpoint_sequential(model, x, activation_budget="512MiB", tune=mode == "tune")
         y.sum().backward()
 
     model(x[:10]).sum().backward()  # gradients allocated

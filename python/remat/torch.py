@@ -1,7 +1,7 @@
 """remat for PyTorch: torch.compile's memory-budget knapsack, and eager checkpointing to a budget.
 
     import remat.torch
-    remat.torch.checkpoint_sequential(layers, x, memory_budget="2GiB")   # eager (remat.eager)
+    remat.torch.checkpoint_sequential(layers, x, activation_budget="2GiB")   # eager (remat.eager)
     remat.torch.auto_checkpoint(model, memory_budget="2GiB")
     remat.torch.use()                  # every later torch.compile uses remat's exact solver
     with remat.torch.use("exact"):     # or only inside this block

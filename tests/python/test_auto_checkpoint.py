@@ -520,7 +520,7 @@ def test_the_budget_warnings_stay_quiet_on_ordinary_training():
         model(x).sum().backward()
         with torch.no_grad():
             model.encode(x)  # evaluation outside forward
-        rt.plan(list(model.layers), x, memory_budget="1GiB")  # measuring runs the blocks
+        rt.plan(list(model.layers), x, activation_budget="1GiB")  # measuring runs the blocks
 
 
 def test_discovery_says_which_stack_of_an_encoder_decoder_it_left_out():
@@ -827,7 +827,7 @@ def test_plan_on_the_blocks_works_while_auto_checkpoint_is_active():
     x = torch.randn(16, 32)
     handle = rt.auto_checkpoint(model, activation_budget="1GiB")
     loss_of(model(x)).backward()
-    made = rt.plan(list(model.layers), x, memory_budget="1GiB")
+    made = rt.plan(list(model.layers), x, activation_budget="1GiB")
     assert len(made.profile.layers) == len(model.layers)
     handle.remove()
 

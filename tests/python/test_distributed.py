@@ -200,7 +200,7 @@ def _changing_shapes_worker(rank, world, store, out, batches, mode):
         layers = list(model.module)
 
         def forward(x):
-            return rt.checkpoint_sequential(layers, x, memory_budget=budget)
+            return rt.checkpoint_sequential(layers, x, activation_budget=budget)
 
     else:  # per-block plans (Net) or a stock nn.Sequential's chain plan
         handle = rt.auto_checkpoint(model.module, activation_budget=budget)
@@ -253,7 +253,9 @@ def _evicted_worker(rank, world, store, out):
 
     def call(rows, group=None):
         x = torch.randn(rows, 32, requires_grad=True)
-        y = rt.checkpoint_sequential(layers, x, memory_budget=budget, plan_group=group, tune=False)
+        y = rt.checkpoint_sequential(
+            layers, x, activation_budget=budget, plan_group=group, tune=False
+        )
         y.sum().backward()
 
     call(8)

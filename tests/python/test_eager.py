@@ -135,7 +135,7 @@ def test_gradients_equal_and_measured_peak_within_budget(name):
     seen_regions = set()
     for fraction in (1.0, 0.6, 0.3, 0.0):
         budget = least + int(fraction * (everything - least))
-        plan = rt.plan(list(blocks), None, memory_budget=budget, profile=profile)
+        plan = rt.plan(list(blocks), None, activation_budget=budget, profile=profile)
         assert plan.predicted_peak_bytes <= budget
         seen_regions.add(plan.regions)
         model.zero_grad()
@@ -222,9 +222,14 @@ def test_budget_below_the_minimum_states_it():
     model, blocks, x = build("mlp")
     _, least, _ = chain_budgets(model, blocks, x)
     with pytest.raises(remat.InputError, match=f"least peak any plan reaches, {least} bytes"):
-        rt.checkpoint_sequential(blocks, x, memory_budget=least - 1)
-    with pytest.raises(ValueError, match="memory_budget"):
-        rt.checkpoint_sequential(blocks, x, memory_budget="lots")
+        rt.checkpoint_sequential(blocks, x, activation_budget=least - 1)
+    with pytest.raises(ValueError, match="activation_budget: cannot read 'lots'"):
+        rt.checkpoint_sequential(blocks, x, activation_budget="lots")
+    # The step's peak is auto_checkpoint's: a call inside the step refuses it, saying so.
+    with pytest.raises(TypeError, match="memory_budget= is the whole training step's peak"):
+        rt.checkpoint_sequential(blocks, x, memory_budget="1GiB")
+    with pytest.raises(TypeError, match="plan: missing activation_budget="):
+        rt.plan(blocks, x)
 
 
 def test_checkpoint_sequential_profiles_once_per_shape():
@@ -242,19 +247,19 @@ def test_checkpoint_sequential_profiles_once_per_shape():
     torch.manual_seed(0)
     chain = [Counted() for _ in range(6)]
     x = torch.randn(16, 32)
-    first = rt.plan(chain, x, memory_budget=2**40)
+    first = rt.plan(chain, x, activation_budget=2**40)
     budget = first.minimum_budget_bytes
     calls.clear()
-    rt.checkpoint_sequential(chain, x, memory_budget=budget).sum().backward()
+    rt.checkpoint_sequential(chain, x, activation_budget=budget).sum().backward()
     profiled = len(calls)
     calls.clear()
-    rt.checkpoint_sequential(chain, x, memory_budget=budget).sum().backward()
+    rt.checkpoint_sequential(chain, x, activation_budget=budget).sum().backward()
     again = len(calls)
     assert again < profiled  # no profiling the second time
-    plan = rt.plan(chain, x, memory_budget=budget)
+    plan = rt.plan(chain, x, activation_budget=budget)
     assert again == sum(plan.runs())  # each layer runs as often as the plan says
     calls.clear()
-    rt.checkpoint_sequential(chain, x[:8], memory_budget=budget * 4).sum().backward()
+    rt.checkpoint_sequential(chain, x[:8], activation_budget=budget * 4).sum().backward()
     assert len(calls) >= 3 * len(chain)  # a new shape is profiled (2 runs a layer), then run
 
 
@@ -263,7 +268,7 @@ def test_checkpoint_sequential_without_grad_just_runs():
     chain = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
     x = torch.randn(4, 8)
     with torch.no_grad():
-        assert torch.equal(rt.checkpoint_sequential(chain, x, memory_budget=1), chain(x))
+        assert torch.equal(rt.checkpoint_sequential(chain, x, activation_budget=1), chain(x))
 
 
 def test_profile_leaves_rng_and_batchnorm_statistics_alone():
@@ -280,7 +285,7 @@ def test_profile_leaves_rng_and_batchnorm_statistics_alone():
 def test_plan_table_is_readable():
     model, blocks, x = build("mlp")
     _, least, everything = chain_budgets(model, blocks, x)
-    plan = rt.plan(list(blocks), x, memory_budget=(least + everything) // 2)
+    plan = rt.plan(list(blocks), x, activation_budget=(least + everything) // 2)
     text = str(plan)
     assert "predicted peak saved" in text and "least possible" in text
     assert len([line for line in text.splitlines() if "MLPBlock" in line]) == len(blocks)
@@ -292,7 +297,7 @@ def test_profile_must_match_the_functions():
     model, blocks, x = build("mlp")
     profile = rt.profile_layers(list(blocks)[:3], x)
     with pytest.raises(ValueError, match="profile: has 3 layers"):
-        rt.plan(list(blocks), x, memory_budget="1GiB", profile=profile)
+        rt.plan(list(blocks), x, activation_budget="1GiB", profile=profile)
 
 
 def test_example_trains_within_the_budget():
@@ -366,9 +371,9 @@ def test_lambdas_over_modules_do_not_count_their_weights():
         return lambda h: block(h)
 
     x = torch.randn(32, 64, requires_grad=True)
-    modules = rt.plan(blocks, x, memory_budget=10**12, tune=False)
+    modules = rt.plan(blocks, x, activation_budget=10**12, tune=False)
     for functions in (lambdas, [closure(b) for b in blocks]):
-        made = rt.plan(functions, x, memory_budget=modules.no_checkpoint_bytes, tune=False)
+        made = rt.plan(functions, x, activation_budget=modules.no_checkpoint_bytes, tune=False)
         assert made.no_checkpoint_bytes == modules.no_checkpoint_bytes
         assert made.regions == ()
 
@@ -379,20 +384,20 @@ def test_checkpoint_sequential_replans_when_a_block_is_rebuilt():
     part of the key now: the rebuilt chain gets its own plan, which fits."""
     blocks = _linear_chain(width=64)
     x = torch.randn(32, 64, requires_grad=True)
-    budget = rt.plan(blocks, x, memory_budget=10**12, tune=False).no_checkpoint_bytes
-    rt.checkpoint_sequential(blocks, x, memory_budget=budget).sum().backward()
+    budget = rt.plan(blocks, x, activation_budget=10**12, tune=False).no_checkpoint_bytes
+    rt.checkpoint_sequential(blocks, x, activation_budget=budget).sum().backward()
     for block in blocks[2:4]:
         block[0] = nn.Sequential(nn.Linear(64, 128), nn.Linear(128, 64))
-    rt.checkpoint_sequential(blocks, x, memory_budget=budget).sum().backward()  # plans again
+    rt.checkpoint_sequential(blocks, x, activation_budget=budget).sum().backward()  # plans again
     with rt.SavedTensorMeter(blocks) as meter:
-        out = rt.checkpoint_sequential(blocks, x, memory_budget=budget)
+        out = rt.checkpoint_sequential(blocks, x, activation_budget=budget)
         out.sum().backward()
     assert meter.peak_bytes <= budget
 
 
 def test_run_plan_warns_for_an_input_the_plan_was_not_made_for():
     blocks = _linear_chain()
-    made = rt.plan(blocks, torch.randn(8, 64, requires_grad=True), memory_budget="1GiB")
+    made = rt.plan(blocks, torch.randn(8, 64, requires_grad=True), activation_budget="1GiB")
     with pytest.warns(RuntimeWarning, match=r"input: shape \(64, 64\), planned \(8, 64\)"):
         eager.run_plan(blocks, made, torch.randn(64, 64, requires_grad=True))
     with pytest.warns(RuntimeWarning, match="input: requires_grad False, planned True"):
@@ -411,7 +416,7 @@ def test_run_plan_warns_for_an_input_the_plan_was_not_made_for():
 def test_planner_options_are_checked_by_name(option, value, message):
     blocks = _linear_chain(depth=2)
     with pytest.raises(ValueError, match=message):
-        rt.plan(blocks, torch.randn(4, 64), memory_budget="1GiB", tune=False, **{option: value})
+        rt.plan(blocks, torch.randn(4, 64), activation_budget="1GiB", tune=False, **{option: value})
 
 
 def test_parse_bytes_sizes_up_huge_exponents_before_computing():

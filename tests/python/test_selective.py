@@ -363,13 +363,13 @@ def test_op_level_plans_fit_measured_with_the_cache_counted(monkeypatch):
     model, blocks, tokens = models.make_llama(depth=4, width=64, heads=4, seq=32, batch=2)
     h = model.prologue(tokens).detach().requires_grad_()
     blocks = list(blocks)
-    top = rt.plan(blocks, h, memory_budget=2**40, tune=False)
+    top = rt.plan(blocks, h, activation_budget=2**40, tune=False)
     used = 0
     for fraction in (0.6, 0.35, 0.15):
         budget = top.minimum_budget_bytes + int(
             fraction * (top.no_checkpoint_bytes - top.minimum_budget_bytes)
         )
-        plan = rt.plan(blocks, h, memory_budget=budget, tune=False)
+        plan = rt.plan(blocks, h, activation_budget=budget, tune=False)
         used += len(plan.contexts())
         torch.manual_seed(3)
         reference = torch.autograd.grad(

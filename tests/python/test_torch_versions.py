@@ -26,11 +26,11 @@ OLD_TORCH = textwrap.dedent("""
     layers = nn.Sequential(*[nn.Sequential(nn.Linear(64, 64), nn.Tanh()) for _ in range(6)])
     x = torch.randn(32, 64, requires_grad=True)
     profile = remat.torch.profile_layers(list(layers), x)
-    least = remat.torch.plan(list(layers), x, memory_budget=10**9, profile=profile, tune=False)
+    least = remat.torch.plan(list(layers), x, activation_budget=10**9, profile=profile, tune=False)
     budget = least.minimum_budget_bytes
-    assert remat.torch.plan(list(layers), x, memory_budget=budget, profile=profile, tune=False).regions
+    assert remat.torch.plan(list(layers), x, activation_budget=budget, profile=profile, tune=False).regions
     y = remat.torch.checkpoint_sequential(
-        list(layers), x, memory_budget=budget, profile=profile, tune=False
+        list(layers), x, activation_budget=budget, profile=profile, tune=False
     )
     y.sum().backward()
     expected = x.grad.clone()

@@ -1,7 +1,7 @@
 """Eager PyTorch: checkpoint a chain of layers, or a model's blocks, to an absolute memory budget.
 
     import remat.torch
-    y = remat.torch.checkpoint_sequential(model.layers, x, memory_budget="2GiB")
+    y = remat.torch.checkpoint_sequential(model.layers, x, activation_budget="2GiB")
     remat.torch.auto_checkpoint(model, memory_budget="2GiB")   # every later step follows a plan
 
 The budget is on saved-for-backward bytes: what autograd keeps between forward and backward

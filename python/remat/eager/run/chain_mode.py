@@ -13,7 +13,6 @@ from torch import nn
 from ... import _distributed
 from ...saved_memory import has_fsdp_modules
 from .._runtime import _signature, _tensors
-from ..planning.planner import budget_named
 from ..planning.tune import tuning_candidates
 from .execution import Execution
 from .sequential import plan
@@ -44,19 +43,18 @@ class ChainMode:
             online = self.tune and self._tunes_online()
             self._inside += 1
             try:
-                with budget_named("activation_budget"):
-                    found = plan(
-                        functions,
-                        input,
-                        memory_budget=self.activation_budget,
-                        slots=self.slots,
-                        tune=self.tune and not online,
-                        exclude=[self.model],
-                        names=list(self.blocks.names),
-                        microbatches_in_flight=self.microbatches_in_flight,
-                        plan_group=self.plan_group,
-                        granularity=self.granularity,
-                    )
+                found = plan(
+                    functions,
+                    input,
+                    activation_budget=self.activation_budget,
+                    slots=self.slots,
+                    tune=self.tune and not online,
+                    exclude=[self.model],
+                    names=list(self.blocks.names),
+                    microbatches_in_flight=self.microbatches_in_flight,
+                    plan_group=self.plan_group,
+                    granularity=self.granularity,
+                )
             finally:
                 self._inside -= 1
             self._chain_plans[plan_key] = found

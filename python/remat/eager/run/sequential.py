@@ -16,7 +16,7 @@ from ...units import parse_bytes
 from .._runtime import _modules_of, _signature, _tensors, run_context, signature_difference
 from ..measuring.chain import profile_layers
 from ..planning.agree import agree_on_profile
-from ..planning.planner import check_planner_options, plan_profile
+from ..planning.planner import budget_named, check_planner_options, plan_profile
 from ..types import Plan, Profile
 from .execution import Execution
 from .tuning import tune_plan
@@ -71,16 +71,18 @@ def checkpoint_sequential(
     functions: Sequence[Callable[[Any], Any]] | nn.Sequential,
     input: Any,
     *,
-    memory_budget: int | float | str,
+    activation_budget: int | float | str | None = None,
     profile: Profile | None = None,
     slots: int | None = None,
     tune: bool = True,
     plan_group: Any = None,
     granularity: str = "op",
     exclude: Sequence[nn.Module] = (),
+    memory_budget: Any = None,
 ) -> Any:
-    """torch.utils.checkpoint.checkpoint_sequential with a memory budget instead of a segment
-    count: the least-recompute nested checkpoint plan whose saved-for-backward bytes fit.
+    """torch.utils.checkpoint.checkpoint_sequential with a budget on the layers' saved
+    activations instead of a segment count: the least-recompute nested checkpoint plan whose
+    saved-for-backward bytes fit.
 
     The first call for a given set of functions, input shape and dtype, and budget measures the
     layers (see :func:`profile_layers`) and plans; later calls reuse the plan. Pass the same
@@ -91,7 +93,8 @@ def checkpoint_sequential(
         functions: the layers, each taking the previous one's output (modules, partials or
             functions), or an ``nn.Sequential``.
         input: the first layer's input.
-        memory_budget: the peak of saved activations, in bytes or with a unit ("1.5GB").
+        activation_budget: the peak of the layers' saved activations, in bytes or with a unit
+            ("1.5GB").
         profile: a profile measured before (default: measured now).
         slots: the planner's memory resolution (None: exact).
         tune: time the planner's plan and torch's uniform segmentations that fit, and keep
@@ -101,25 +104,31 @@ def checkpoint_sequential(
             re-runs whole layers only.
         exclude: modules whose parameters and buffers are not activations, for functions that
             reach them some other way than being or binding them (a lambda calling one).
+        memory_budget: refused: a budget on the whole training step's peak is planned by
+            :func:`auto_checkpoint`, which sees the step.
 
     Returns:
         The last layer's output.
 
     Raises:
         remat.InputError: the budget is below the least any plan reaches (stating it).
+        TypeError: `memory_budget` given, or `activation_budget` missing.
 
     Example:
         ```python
-        y = remat.torch.checkpoint_sequential(model.layers, x, memory_budget="1.5GB")
+        y = remat.torch.checkpoint_sequential(model.layers, x, activation_budget="1.5GB")
         y.sum().backward()
         ```
     """
+    activation_budget = _activation_budget(
+        "checkpoint_sequential", activation_budget, memory_budget
+    )
     functions, exclude = list(functions), list(exclude)
     if not torch.is_grad_enabled():
         for function in functions:
             input = function(input)
         return input
-    budget = parse_bytes(memory_budget)
+    budget = parse_bytes(activation_budget, "activation_budget")
     key = (
         tuple(id(f) for f in functions),
         _signature(input),
@@ -148,7 +157,7 @@ def checkpoint_sequential(
         found = plan(
             functions,
             input,
-            memory_budget=budget,
+            activation_budget=budget,
             profile=profile,
             slots=slots,
             tune=tune,
@@ -164,7 +173,7 @@ def plan(
     functions: Sequence[Callable[[Any], Any]] | nn.Sequential,
     input: Any,
     *,
-    memory_budget: int | float | str,
+    activation_budget: int | float | str | None = None,
     profile: Profile | None = None,
     slots: int | None = None,
     tune: bool = True,
@@ -173,6 +182,7 @@ def plan(
     microbatches_in_flight: int = 1,
     plan_group: Any = None,
     granularity: str = "op",
+    memory_budget: Any = None,
 ) -> Plan:
     """The plan :func:`checkpoint_sequential` would run, without running it.
 
@@ -185,7 +195,7 @@ def plan(
     Args:
         functions: the layers, as :func:`checkpoint_sequential` takes them.
         input: the first layer's input (None with a `profile`: plan without running).
-        memory_budget: the peak of saved activations, in bytes or with a unit.
+        activation_budget: the peak of the layers' saved activations, in bytes or with a unit.
         profile: a profile measured before (default: measured now).
         slots: the planner's memory resolution (None: exact).
         tune: time the candidates and keep the fastest.
@@ -197,13 +207,17 @@ def plan(
             plans from one profile and one set of tuning timings and the plans are checked
             equal (see :mod:`remat._distributed`); "local" plans on this rank alone.
         granularity: "op" or "block", as in :func:`checkpoint_sequential`.
+        memory_budget: refused, as in :func:`checkpoint_sequential`.
 
     Returns:
         The plan; ``print(plan)`` shows it as a table.
 
     Raises:
         remat.InputError: the budget is below the least any plan reaches (stating it).
+        TypeError: `memory_budget` given, or `activation_budget` missing.
     """
+    activation_budget = _activation_budget("plan", activation_budget, memory_budget)
+    budget = parse_bytes(activation_budget, "activation_budget")
     functions = list(functions)
     check_planner_options(slots, microbatches_in_flight)  # before profiling, which takes long
     if profile is None:
@@ -219,16 +233,29 @@ def plan(
         raise ValueError(
             f"profile: has {len(profile.layers)} layers, functions has {len(functions)}"
         )
-    profile = agree_on_profile(profile, parse_bytes(memory_budget), plan_group)
-    found = plan_profile(
-        profile, memory_budget, slots=slots, microbatches_in_flight=microbatches_in_flight
-    )
+    profile = agree_on_profile(profile, budget, plan_group)
+    with budget_named("activation_budget"):
+        found = plan_profile(
+            profile, budget, slots=slots, microbatches_in_flight=microbatches_in_flight
+        )
     if tune and input is not None and _tensors(input) and microbatches_in_flight == 1:
         found = tune_plan(functions, input, found, plan_group=plan_group)
     _distributed.verify_same_plan((found.regions, found.options), group=plan_group)
     if input is not None:
         found = dataclasses.replace(found, input_signature=_signature(input))
     return found
+
+
+def _activation_budget(function: str, activation_budget: Any, memory_budget: Any) -> Any:
+    if memory_budget is not None:
+        raise TypeError(
+            f"{function}: memory_budget= is the whole training step's peak, which a call inside "
+            "the step cannot plan for. Give activation_budget= (the layers' saved activations), "
+            "or remat.torch.auto_checkpoint(model, memory_budget=) for the step's peak"
+        )
+    if activation_budget is None:
+        raise TypeError(f"{function}: missing activation_budget= (the layers' saved activations)")
+    return activation_budget
 
 
 def run_plan(functions: Sequence[Callable[[Any], Any]], plan: Plan, input: Any) -> Any:
