@@ -189,12 +189,9 @@ def test_print_plan_shows_the_step_against_the_budget():
     assert "training step: predicted peak" in text and "memory_budget" in text
 
 
-@pytest.mark.parametrize(
-    "name", ["llama", "qwen2", "mixtral", "gpt2", "bert", "t5", "vit", "convnext", "resnet"]
-)
-def test_every_zoo_step_fits_three_budgets_bit_for_bit(name):
-    pytest.importorskip("transformers")
-    pytest.importorskip("timm")
+def _zoo_measured(name):
+    """The zoo model `name` (seed 0), its batch, a step of it, and measure()'s figures with
+    AdamW."""
     from zoo import adopt
     from zoo.models import ZOO
 
@@ -206,7 +203,6 @@ def test_every_zoo_step_fits_three_budgets_bit_for_bit(name):
     def step(m):
         return zoo.loss(m(*args, **kwargs))
 
-    _, losses, grads = _train(copy.deepcopy(model), step)
     probe = copy.deepcopy(model)
     measured = rt.measure(
         probe,
@@ -216,6 +212,19 @@ def test_every_zoo_step_fits_three_budgets_bit_for_bit(name):
         optimizer=torch.optim.AdamW(probe.parameters()),
         **kwargs,
     )
+    return zoo, model, (args, kwargs), step, measured
+
+
+@pytest.mark.parametrize(
+    "name", ["llama", "qwen2", "mixtral", "gpt2", "bert", "t5", "vit", "convnext", "resnet"]
+)
+def test_every_zoo_step_fits_three_budgets_bit_for_bit(name):
+    pytest.importorskip("transformers")
+    pytest.importorskip("timm")
+    from zoo import adopt
+
+    zoo, model, _, step, measured = _zoo_measured(name)
+    _, losses, grads = _train(copy.deepcopy(model), step)
     for budget in _budgets(measured):
         trained = copy.deepcopy(model)
         with warnings.catch_warnings(record=True) as caught:
@@ -235,31 +244,13 @@ def test_the_least_step_peak_is_at_most_hf_checkpointings(name):
     peak holds no more than HF's, bit for bit with plain training."""
     pytest.importorskip("transformers")
     from zoo import adopt
-    from zoo.models import ZOO
-
-    zoo = ZOO[name]
-    args, kwargs = zoo.batch()
-    torch.manual_seed(0)
-    model = zoo.build(zoo.attention[0])
-
-    def step(m):
-        return zoo.loss(m(*args, **kwargs))
 
     # The batch counts as the step's, as remat counts it (and CUDA's allocator does).
-    batch = (args, kwargs)
+    zoo, model, batch, step, measured = _zoo_measured(name)
     _, losses, grads = _train(copy.deepcopy(model), step, batch=batch)
     hf = copy.deepcopy(model)
     hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     hf_peak = max(_train(hf, step, batch=batch)[0])
-    probe = copy.deepcopy(model)
-    measured = rt.measure(
-        probe,
-        *args,
-        blocks=adopt.blocks_of(zoo, probe),
-        loss_fn=zoo.loss,
-        optimizer=torch.optim.AdamW(probe.parameters()),
-        **kwargs,
-    )
     assert measured.least_budget_bytes <= hf_peak, (name, measured.least_budget_bytes, hf_peak)
     if not zoo.decoder:
         return
