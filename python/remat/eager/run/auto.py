@@ -266,7 +266,10 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
             # Planned again from the kept profile: its step's figures are in (the step that
             # measured has ended), or this step begins holding more than its plan assumed.
             if _distributed.active(self.plan_group):
-                known = known or self._replan_together(key, found)
+                # `known` (every rank has profiled its inputs) holds at every later step: plan
+                # when there is no plan yet, or when the ranks agree to plan again.
+                again = self._replan_together(key, found)
+                known = known and found is None or again
             else:
                 stale = found is None or self.step_budget.stale(key, self._start_bytes)
                 known = known or (
