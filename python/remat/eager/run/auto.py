@@ -119,7 +119,6 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
         # integration that documents the drop turns it off).
         self.warn_on_dropped_caches = True
         self._block_plans: dict[Any, _BlockPlan] = {}
-        self._replan_keys: set[Any] = set()  # (step budget) keys whose figures changed
         # Under a process group: this rank's number for each key, and the profile it measured
         # for it (with its calls), from which a plan for a new combination of the ranks' keys
         # is made without measuring again.
@@ -268,7 +267,10 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
             if _distributed.active(self.plan_group):
                 # `known` (every rank has profiled its inputs) holds at every later step: plan
                 # when there is no plan yet, or when the ranks agree to plan again.
-                again = self._replan_together(key, found)
+                profiled = key in self._profiles
+                again = self.step_budget.plan_again_together(
+                    key, profiled, found is not None, self._start_bytes, self.plan_group
+                )
                 known = known and found is None or again
             else:
                 stale = found is None or self.step_budget.stale(key, self._start_bytes)
@@ -307,26 +309,9 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
         if ended is None or not ended[1]:
             return
         if _distributed.active(self.plan_group):  # its plan is kept under every rank's keys
-            self._replan_keys.add(ended[0])
+            self.step_budget.plan_again_later(ended[0])
         else:
             self._block_plans.pop(ended[0], None)  # planned again from its profile
-
-    def _replan_together(self, key: Any, found: Any) -> bool:
-        """Under a process group, whether every rank plans this step again, all together (one
-        plan for all): when any rank's figures call for it and every rank can (its inputs
-        profiled and its step's figures in). One all_gather a step."""
-        assert self.step_budget is not None
-        can = key in self._profiles and key in self.step_budget.figures
-        wants = can and (
-            key in self._replan_keys
-            or found is None
-            or self.step_budget.stale(key, self._start_bytes or 0)
-        )
-        gathered = _distributed.all_gather((wants, can), "whether to plan again", self.plan_group)
-        again = any(w for w, _ in gathered) and all(c for _, c in gathered)
-        if again:
-            self._replan_keys.discard(key)
-        return again
 
     def _plan_key(self, key: Any, known: bool) -> tuple[Any, bool]:
         """What a step's plan is kept under, and whether every rank has profiled its inputs.

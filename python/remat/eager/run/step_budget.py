@@ -25,6 +25,7 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
+from ... import _distributed
 from ...saved_memory import has_fsdp_modules
 from ..measuring.step_segments import StepRecord, StepSegments, held_bytes
 from ..planning.step_budget import (
@@ -82,6 +83,8 @@ class StepBudget:
         self.figures: dict[Any, StepFigures] = {}
         self._start_of_plan: dict[Any, int] = {}  # bytes held at the start its plan assumed
         self._checks_left: dict[Any, int] = {}
+        # Under a process group: keys whose figures call for a new plan, made when all agree.
+        self._plan_again: set[Any] = set()
         self._open: _Open | None = None
         self._parameters = {id(p) for p in model.parameters()}
         self._hooks = [
@@ -199,6 +202,24 @@ class StepBudget:
     def stale(self, key: Any, start_bytes: int) -> bool:
         """Whether the plan for `key` assumed a smaller start than this step's."""
         return key in self.figures and start_bytes > self._start_of_plan.get(key, 2**62)
+
+    def plan_again_later(self, key: Any) -> None:
+        """Under a process group: `key`'s figures call for a new plan (see plan_again_together)."""
+        self._plan_again.add(key)
+
+    def plan_again_together(
+        self, key: Any, profiled: bool, planned: bool, start_bytes: int, group: Any
+    ) -> bool:
+        """Under a process group, whether every rank plans step `key` again, all together (one
+        plan for all): when any rank's figures call for it (or it has no plan yet) and every
+        rank can (its inputs `profiled` and its step's figures in). One all_gather a step."""
+        can = profiled and key in self.figures
+        wants = can and (key in self._plan_again or not planned or self.stale(key, start_bytes))
+        gathered = _distributed.all_gather((wants, can), "whether to plan again", group)
+        again = any(w for w, _ in gathered) and all(c for _, c in gathered)
+        if again:
+            self._plan_again.discard(key)
+        return again
 
     def plan(
         self,
