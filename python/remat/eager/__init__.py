@@ -4,8 +4,9 @@
     y = remat.torch.checkpoint_sequential(model.layers, x, activation_budget="2GiB")
     remat.torch.auto_checkpoint(model, memory_budget="2GiB")   # every later step follows a plan
 
-The budget is on saved-for-backward bytes: what autograd keeps between forward and backward
-(activations), not parameters, gradients or optimizer state. remat measures, once per input
+``memory_budget`` is the whole training step's peak on the device: parameters, gradients,
+optimizer state, activations and temporaries. ``activation_budget`` is on saved-for-backward
+bytes only: what autograd keeps between forward and backward. remat measures, once per input
 shape, what each layer saves and how long its forward takes (layer by layer, so measuring never
 holds more than one layer's activations), plans the least recompute time whose peak fits with
 the C++ planner (``remat._core.eager_plan``: nested regions, optimal under its model), and runs
