@@ -15,12 +15,17 @@ storage an op creates while it is active (a dispatch mode sees each op's outputs
 backward and the optimizer step alike), each until it is freed. That is the count torch's
 ``MemTracker`` keeps; a test checks that the two agree.
 
-A storage counts once however many tensors view it. Storages created outside torch's
-dispatcher while the meter is active (a tensor made from a NumPy array) are not seen.
+A storage counts once however many tensors view it. A DTensor counts by its local shard, and ops
+on DTensors by the local ops they run. A storage resized in place (FSDP2 frees and re-gathers a
+module's parameters so) counts at its new size: ``UntypedStorage.resize_``, which no dispatch
+mode sees, is wrapped while a meter is active. Storages created outside torch's dispatcher while
+the meter is active (a tensor made from a NumPy array) are not seen.
 """
 
 from __future__ import annotations
 
+import sys
+import threading
 import weakref
 from typing import Any
 
@@ -33,11 +38,31 @@ def _storages(value: Any) -> list[torch.UntypedStorage]:
     found = []
     for item in tree_flatten(value)[0]:
         if isinstance(item, torch.Tensor):
+            local = getattr(item, "_local_tensor", None)  # a DTensor holds its shard's storage
             try:
-                found.append(item.untyped_storage())
+                found.append((local if isinstance(local, torch.Tensor) else item).untyped_storage())
             except (RuntimeError, NotImplementedError):  # a tensor without storage
                 continue
     return found
+
+
+def _is_dtensor_type(kind: type) -> bool:
+    # Looked up where loaded: no DTensor exists before torch.distributed.tensor is imported.
+    api = sys.modules.get("torch.distributed.tensor._api")
+    return api is not None and issubclass(kind, api.DTensor)
+
+
+# The counts active now, told of every in-place storage resize while any is.
+_resize_lock = threading.Lock()
+_resize_watchers: list["_LiveStorages"] = []
+_original_resize = torch.UntypedStorage.resize_
+
+
+def _watched_resize(storage: torch.UntypedStorage, size: int) -> Any:
+    result = _original_resize(storage, size)
+    for watcher in list(_resize_watchers):
+        watcher.resized(storage)
+    return result
 
 
 class _LiveStorages(TorchDispatchMode):
@@ -51,6 +76,41 @@ class _LiveStorages(TorchDispatchMode):
         self.current = 0
         self.peak = 0
         self.counting = True  # False: passes ops through (releases are still counted)
+
+    def watch_resizes(self) -> None:
+        """Called when the count becomes active: in-place resizes reach it from then on."""
+        with _resize_lock:
+            if not _resize_watchers:
+                torch.UntypedStorage.resize_ = _watched_resize  # type: ignore[method-assign]
+            _resize_watchers.append(self)
+
+    def unwatch_resizes(self) -> None:
+        with _resize_lock:
+            if self in _resize_watchers:
+                _resize_watchers.remove(self)
+                if not _resize_watchers:
+                    torch.UntypedStorage.resize_ = _original_resize  # type: ignore[method-assign]
+
+    def __enter__(self) -> "_LiveStorages":
+        self.watch_resizes()
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        super().__exit__(*exc)
+        self.unwatch_resizes()
+
+    def resized(self, storage: torch.UntypedStorage) -> None:
+        """`storage` now has its new size: a counted storage counts at it; one that grows
+        while the count runs is new memory of the step."""
+        entry = self._alive.get(storage._cdata)
+        if entry is None:
+            if self.counting and storage.nbytes() > 0:
+                self.hold(storage)
+            return
+        size = storage.nbytes()
+        self._alive[storage._cdata] = (size, entry[1])
+        self.current += size - entry[0]
+        self.peak = max(self.peak, self.current)
 
     def hold(self, storage: torch.UntypedStorage) -> None:
         if storage.device.type != self._device_type:
@@ -76,6 +136,8 @@ class _LiveStorages(TorchDispatchMode):
             self.current -= entry[0]
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if any(_is_dtensor_type(kind) for kind in types):
+            return NotImplemented  # DTensor runs its local ops, which come back here
         out = func(*args, **(kwargs or {}))
         if self.counting:
             for storage in _storages(out):

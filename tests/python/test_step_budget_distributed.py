@@ -16,7 +16,8 @@ STEPS = 3
 
 def _train(net, x):
     """AdamW steps, each metered from the model's call to the end of the optimizer step (the
-    gradients are read after it). Returns the peaks and every step's gradients."""
+    gradients are read after it). Returns the peaks and every step's gradients (each rank's
+    shard of them under FSDP2)."""
     import remat.torch as rt
 
     optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
@@ -26,30 +27,47 @@ def _train(net, x):
             net(x).pow(2).mean().backward()
             optimizer.step()
         peaks.append(meter.peak_bytes)
-        grads.append([p.grad.clone() for p in net.parameters()])
+        grads.append([_local(p.grad).clone() for p in net.parameters()])
         optimizer.zero_grad(set_to_none=True)
     return peaks, grads
 
 
-def _ddp_step_budget_worker(rank, world, store, out):
-    from torch.nn.parallel import DistributedDataParallel as DDP
+def _local(tensor):
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
 
+
+def _wrapped(model, wrapper):
+    """`model` under DDP, or its layers and itself under FSDP2's fully_shard (each layer
+    resharded after its forward: a re-run gathers it again)."""
+    if wrapper == "ddp":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        return DDP(model)
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in model.layers:
+        fully_shard(layer)
+    return fully_shard(model)
+
+
+def _step_budget_worker(rank, world, store, out, wrapper):
     import remat.torch as rt
 
     _init(rank, world, store)
     base = Net(depth=6, width=64)
     x = torch.randn(512 + 128 * rank, 64)  # every rank its own batch, of its own size
-    plain_peaks, plain_grads = _train(DDP(copy.deepcopy(base)), x)
+    plain_peaks, plain_grads = _train(_wrapped(copy.deepcopy(base), wrapper), x)
 
     # Every block its own region (the least activations): the low end of the budgets.
     least = rt.measure(copy.deepcopy(base), x, plan_group="local").least_activation_budget_bytes
-    every = DDP(copy.deepcopy(base))
-    rt.auto_checkpoint(every.module, activation_budget=max(dist_all(least)))
-    every_peaks, _ = _train(every, x)
+    every = copy.deepcopy(base)
+    rt.auto_checkpoint(every, activation_budget=max(dist_all(least)))
+    every_peaks, _ = _train(_wrapped(every, wrapper), x)
     budget = max(dist_all((max(plain_peaks) + max(every_peaks)) // 2))
 
-    model = DDP(copy.deepcopy(base))
-    handle = rt.auto_checkpoint(model.module, memory_budget=budget)
+    inner = copy.deepcopy(base)
+    handle = rt.auto_checkpoint(inner, memory_budget=budget)  # before wrapping, as torchtitan
+    model = _wrapped(inner, wrapper)
     peaks, grads = _train(model, x)
     # A plan is checked for its first two steps, then followed unmeasured: planned again only
     # when a check calls for it (here, once: the optimizer step, unknown to the step that
@@ -80,8 +98,11 @@ def _ddp_step_budget_worker(rank, world, store, out):
     _finish()
 
 
-def test_ddp_every_ranks_step_fits_the_budget_with_one_plan(tmp_path):
-    results = _spawn(_ddp_step_budget_worker, 2, tmp_path)
+@pytest.mark.parametrize("wrapper", ["ddp", "fsdp2"])
+def test_every_ranks_step_fits_the_budget_with_one_plan(tmp_path, wrapper):
+    if wrapper == "fsdp2":
+        pytest.importorskip("torch.distributed.fsdp")
+    results = _spawn(_step_budget_worker, 2, tmp_path, wrapper)
     assert results[0]["regions"] == results[1]["regions"] and results[0]["regions"]
     assert results[0]["budget"] < max(r["plain"] for r in results)  # checkpointing is needed
     for r in results:
@@ -92,30 +113,38 @@ def test_ddp_every_ranks_step_fits_the_budget_with_one_plan(tmp_path):
         assert not r["fifth_measured"], r
 
 
-def _fsdp_cpu_worker(rank, world, store, out):
-    from torch.distributed.fsdp import fully_shard
+def _fsdp_meter_worker(rank, world, store, out):
+    from torch.distributed._tools.mem_tracker import MemTracker
 
     import remat.torch as rt
 
     _init(rank, world, store)
-    model = Net()
-    handle = rt.auto_checkpoint(model, memory_budget="64MiB")
-    for layer in model.layers:
-        fully_shard(layer)
-    fully_shard(model)
-    try:
-        model(torch.randn(8, 32)).sum().backward()
-        said = None
-    except ValueError as error:
-        said = str(error)
-    handle.remove()
-    _write(out, rank, {"error": said})
+    model = _wrapped(Net(depth=4, width=64), "fsdp2")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randn(256 + 64 * rank, 64)
+
+    def step():
+        model(x).pow(2).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step()  # AdamW's state exists from here on: the steps below begin alike
+    tracker = MemTracker()
+    tracker.track_external(model, optimizer, x)
+    with tracker:
+        step()
+    totals = tracker.get_tracker_snapshot("peak")
+    tracked = max(v["Total"] for device, v in totals.items() if str(device) == "cpu")
+    with rt.StepMemoryMeter(model, optimizer, x) as meter:
+        step()
+    _write(out, rank, {"meter": meter.peak_bytes, "memtracker": tracked})
     dist.barrier()
     _finish()
 
 
-def test_fsdp2_on_the_cpu_asks_for_an_activation_budget(tmp_path):
+def test_the_cpu_count_sees_fsdp2s_gathered_parameters(tmp_path):
+    """FSDP2 gathers parameters into storage it resizes in place, and its parameters are
+    DTensors: the CPU count agrees with torch's MemTracker on each rank."""
     pytest.importorskip("torch.distributed.fsdp")
-    results = _spawn(_fsdp_cpu_worker, 2, tmp_path)
-    for r in results:
-        assert r["error"] and "activation_budget" in r["error"] and "FSDP" in r["error"], r
+    for r in _spawn(_fsdp_meter_worker, 2, tmp_path):
+        assert r["meter"] == r["memtracker"], r

@@ -91,6 +91,7 @@ class StepSegments:
             # a mode the user enters later and leaves after it (see _remove).
             self._below = [(m, _entries(m)) for m in _get_current_dispatch_mode_stack()]
             _push_mode(self._mode)
+            self._mode.watch_resizes()
             # Taken off the stack if this step is dropped unfinished (its handle collected).
             self._finalizer = weakref.finalize(self, _remove, self._mode, self._below)
         self.open = True
@@ -203,6 +204,7 @@ def _remove(mode: Any, below: list[tuple[Any, int]]) -> None:
     """Takes `mode` off the dispatch-mode stack, leaving the others in their order. A mode that
     was under it and has exited since popped `mode` in its place (a mode's exit pops the top):
     that mode is the one taken off."""
+    mode.unwatch_resizes()
     stack = _get_current_dispatch_mode_stack()
     if not any(m is mode for m in stack):
         exited = [m for m, entries in below if _entries(m) < entries]

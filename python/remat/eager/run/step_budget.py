@@ -26,7 +26,6 @@ from torch.optim.optimizer import (
 )
 
 from ... import _distributed
-from ...saved_memory import has_fsdp_modules
 from ..measuring.step_segments import StepRecord, StepSegments, held_bytes
 from ..planning.step_budget import (
     StepFigures,
@@ -105,13 +104,6 @@ class StepBudget:
             self.memory_budget = resolve_auto_budget(device)
         if not measuring and self._checks_left.get(key, 0) <= 0:
             return
-        if device.type != "cuda" and has_fsdp_modules(self._model):
-            raise ValueError(
-                "memory_budget: FSDP2 gathers a module's parameters by resizing their storage "
-                "in place, which remat's count of a step's bytes off CUDA cannot see. Give "
-                "activation_budget= (the blocks' activations on each rank), or train on CUDA, "
-                "whose allocator counts every byte"
-            )
         segments = StepSegments(
             device,
             (self._model, *self._optimizers, *held),
@@ -130,7 +122,17 @@ class StepBudget:
         return self._open.segments if self._open is not None and self._open.measuring else None
 
     def _steps_model(self, optimizer: torch.optim.Optimizer) -> bool:
-        return any(id(p) in self._parameters for g in optimizer.param_groups for p in g["params"])
+        def steps_known() -> bool:
+            return any(
+                id(p) in self._parameters for g in optimizer.param_groups for p in g["params"]
+            )
+
+        if steps_known():
+            return True
+        # The model's parameters may have been replaced since (FSDP2's fully_shard registers
+        # sharded ones in their place): looked up again.
+        self._parameters = {id(p) for p in self._model.parameters()}
+        return steps_known()
 
     def _before_optimizer(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
         if self._open is not None and self._steps_model(optimizer):
