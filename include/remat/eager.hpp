@@ -103,4 +103,69 @@ Plan plan(const Profile& profile, std::int64_t budget_bytes, std::int64_t slots,
 // Slots that keep the program's n^3 / 6 x slots steps near 3 x 10^8 (about 0.1 s), 64 to 4096.
 std::int64_t default_slots(std::size_t layers);
 
+// --- The whole training step's peak (memory_budget) -------------------------------------------
+//
+// A training step holds more than the layers' saved activations: parameters, gradients,
+// optimizer state, the code around the chain, the backward's working set. A step measured with
+// every layer its own region gives, per part of the step, its peak beyond the step's start and
+// beyond that plan's activations there ("beside" bytes). A plan's step peak is predicted by
+// adding its own activations in each part to those figures.
+
+// Where a part of the step lies: before the chain's forward (pre), in layer `call`'s forward,
+// after it (after; the last layer's: the code after the chain, up to the backward), in its
+// backward, between its backward and the previous layer's (before), and after the chain's
+// backward (done).
+enum class StepPartKind { pre, forward, after, backward, before, done };
+
+struct StepPart {
+  StepPartKind kind = StepPartKind::pre;
+  std::int64_t call = 0;          // the layer (unused for pre and done)
+  std::int64_t beside_bytes = 0;  // the part's measured peak beyond the start and activations
+  bool operator==(const StepPart&) const = default;
+};
+
+struct StepFigures {
+  std::int64_t start_bytes = 0;    // what the planned step holds as it begins
+  std::int64_t outside_bytes = 0;  // the peak of the parts no plan changes (optimizer step)
+  std::int64_t margin_bytes = 0;   // measured excess added to every part
+  std::vector<StepPart> parts;
+};
+
+enum class StepPeakAt {
+  outside,  // before or after the chain, or the optimizer step: no plan lowers it
+  head,     // the code after the chain, beside the layers' held activations
+  blocks,   // a layer's forward or backward
+};
+
+struct StepPeak {
+  std::int64_t peak_bytes = 0;
+  StepPeakAt at = StepPeakAt::outside;
+};
+
+// Throws InputError("step.parts", index) for a part whose call lies outside the profile's layers,
+// and InputError("step.<field>") for a byte count past 2^60.
+void validate(const Profile& profile, const StepFigures& figures);
+
+// The predicted step peak of `regions` (no selective option is finer than this model: an
+// option's cache is counted as held from its forward on).
+StepPeak predict_step(const Profile& profile, const std::vector<Region>& regions,
+                      const StepFigures& figures);
+
+struct StepPlan {
+  Plan plan;       // the least-recompute plan whose predicted step peak fits
+  StepPeak step;   // its predicted step peak
+  StepPeak least;  // the least predicted step peak of any plan
+};
+
+// The floor of plan_step: the least-activation plan, or every layer its own region (the measured
+// step's plan) where that predicts a lower step; `step` and `least` are its predicted peak.
+StepPlan least_step_plan(const Profile& profile, const StepFigures& figures, std::int64_t slots,
+                         std::size_t max_planner_bytes);
+
+// The least-recompute plan whose predicted step peak fits `step_budget`: a bisection over the
+// activation budgets of plan() (the step peak grows with them, though not strictly). Below the
+// least step peak throws InputError("memory_budget") stating it and what sets it.
+StepPlan plan_step(const Profile& profile, const StepFigures& figures, std::int64_t step_budget,
+                   std::int64_t slots, std::size_t max_planner_bytes);
+
 }  // namespace remat::eager

@@ -1,5 +1,7 @@
 // `remat eager`: the eager (torch.utils.checkpoint) planner on a measured profile, as
-// remat.torch.Profile.to_json() writes it. Prints the plan as JSON.
+// remat.torch's Measurement.to_json() (or Profile.to_json()) writes it. --budget bounds the
+// whole training step's peak, which needs the profile's step figures; --activation-budget the
+// layers' saved activations. Prints the plan as JSON.
 #include <algorithm>
 #include <chrono>
 #include <iostream>
@@ -20,28 +22,66 @@ using nlohmann::json;
 
 struct EagerOptions {
   std::string profile;
-  std::optional<std::string> budget;
+  std::optional<std::string> budget;             // the step's peak
+  std::optional<std::string> activation_budget;  // the layers' saved activations
   std::optional<std::int64_t> slots;
   std::optional<std::string> max_planner_bytes;
 };
 
+// The core names the Python argument (memory_budget); here it is the option given.
+template <typename Planner>
+auto named(const char* option, Planner planner) {
+  try {
+    return planner();
+  } catch (const InputError& error) {
+    if (error.field() != "memory_budget") throw;
+    const std::string said = error.what();
+    throw InputError(option, error.index(), said.substr(said.find(": ") + 2));
+  }
+}
+
+const char* peak_at_name(eager::StepPeakAt at) {
+  switch (at) {
+    case eager::StepPeakAt::outside:
+      return "outside";
+    case eager::StepPeakAt::head:
+      return "head";
+    case eager::StepPeakAt::blocks:
+      return "blocks";
+  }
+  return "";
+}
+
 void run(const EagerOptions& o) {
   const std::optional<std::int64_t> budget = option_bytes(o.budget, "budget");
+  const std::optional<std::int64_t> activation_budget =
+      option_bytes(o.activation_budget, "activation-budget");
+  if (budget && activation_budget) {
+    throw InputError("budget", std::nullopt,
+                     "give --budget (the step's peak) or --activation-budget, not both");
+  }
   const std::size_t cap = planner_cap(o.max_planner_bytes).value_or(default_max_planner_bytes());
   if (o.slots && *o.slots < 1) throw InputError("slots", std::nullopt, "must be >= 1");
-  const eager::Profile profile = io::read_eager_profile(read_input(o.profile));
+  const io::EagerInput input = io::read_eager_input(read_input(o.profile));
+  const eager::Profile& profile = input.profile;
+  if (budget && !input.step) {
+    throw InputError("budget", std::nullopt,
+                     "the profile has no step figures, so the step's peak cannot be predicted: "
+                     "write it with remat.torch.measure(model, ..., optimizer=...).to_json(), or "
+                     "give --activation-budget (the layers' saved activations)");
+  }
+  const std::int64_t slots = o.slots ? *o.slots : eager::default_slots(profile.layers.size());
   const auto start = std::chrono::steady_clock::now();
+  std::optional<eager::StepPlan> step_plan;
   const eager::Plan plan = [&] {
-    if (!budget) return eager::minimum_memory_plan(profile);
-    try {
-      return eager::plan(profile, *budget,
-                         o.slots ? *o.slots : eager::default_slots(profile.layers.size()), cap);
-    } catch (const InputError& error) {
-      // The core names the Python argument; here the budget is --budget.
-      if (error.field() != "memory_budget") throw;
-      const std::string said = error.what();
-      throw InputError("budget", error.index(), said.substr(said.find(": ") + 2));
+    if (budget) {
+      step_plan = named(
+          "budget", [&] { return eager::plan_step(profile, *input.step, *budget, slots, cap); });
+      return step_plan->plan;
     }
+    if (!activation_budget) return eager::minimum_memory_plan(profile);
+    return named("activation-budget",
+                 [&] { return eager::plan(profile, *activation_budget, slots, cap); });
   }();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -64,6 +104,17 @@ void run(const EagerOptions& o) {
            {"unit_bytes", plan.unit_bytes},
            {"seconds", seconds}};
   if (budget) out["budget"] = *budget;
+  if (activation_budget) out["activation_budget"] = *activation_budget;
+  if (input.step) {
+    const eager::StepPeak peak =
+        step_plan ? step_plan->step : eager::predict_step(profile, plan.regions, *input.step);
+    const eager::StepPeak least =
+        step_plan ? step_plan->least
+                  : eager::least_step_plan(profile, *input.step, slots, cap).least;
+    out["step_peak_bytes"] = peak.peak_bytes;
+    out["step_peak_at"] = peak_at_name(peak.at);
+    out["least_step_bytes"] = least.peak_bytes;
+  }
   std::cout << out.dump() << "\n";
 }
 
@@ -76,8 +127,11 @@ Command add_eager(CLI::App& app) {
   sub->add_option("profile", o->profile,
                   "JSON from remat.torch.Profile.to_json() (FILE, or - for standard input)");
   sub->add_option("--budget", o->budget,
-                  "Saved-activation budget in bytes, e.g. 30MB or 1.5GiB: the least recompute "
-                  "that fits (without it: the least-memory plan)");
+                  "The training step's peak in bytes, e.g. 24GiB: the least recompute whose "
+                  "predicted step fits (needs the profile's step figures)");
+  sub->add_option("--activation-budget", o->activation_budget,
+                  "The layers' saved activations in bytes, e.g. 30MB: the least recompute that "
+                  "fits (with neither budget: the least-memory plan)");
   sub->add_option("--slots", o->slots, "Memory units of the planner (default: by chain length)");
   sub->add_option("--max-planner-bytes", o->max_planner_bytes,
                   "Cap on the planner's table, e.g. 8GiB (default: half of physical RAM)");

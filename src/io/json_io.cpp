@@ -340,6 +340,71 @@ eager::Profile read_eager_profile(std::string_view text) {
   return profile;
 }
 
+namespace {
+
+eager::StepPartKind step_part_kind(const json& value, std::size_t index) {
+  static const std::pair<const char*, eager::StepPartKind> kinds[] = {
+      {"pre", eager::StepPartKind::pre},       {"forward", eager::StepPartKind::forward},
+      {"after", eager::StepPartKind::after},   {"backward", eager::StepPartKind::backward},
+      {"before", eager::StepPartKind::before}, {"done", eager::StepPartKind::done}};
+  if (value.is_string()) {
+    for (const auto& [name, kind] : kinds) {
+      if (value.get<std::string>() == name) return kind;
+    }
+  }
+  throw InputError("step.parts", index,
+                   "part must be one of pre, forward, after, backward, before, done");
+}
+
+eager::StepFigures read_step(const json& step) {
+  if (!step.is_object()) {
+    throw InputError("step", std::nullopt, "expected an object, got " + type_name(step));
+  }
+  const auto bytes_of = [&](const char* key) {
+    const auto it = step.find(key);
+    if (it == step.end()) throw InputError(std::string("step.") + key, std::nullopt, "missing");
+    return byte_count(*it, std::string("step.") + key, std::nullopt);
+  };
+  eager::StepFigures figures;
+  figures.start_bytes = bytes_of("start_bytes");
+  figures.outside_bytes = bytes_of("outside_bytes");
+  if (step.contains("margin_bytes")) figures.margin_bytes = bytes_of("margin_bytes");
+  const auto parts = step.find("parts");
+  if (parts == step.end()) throw InputError("step.parts", std::nullopt, "missing");
+  if (!parts->is_array()) {
+    throw InputError("step.parts", std::nullopt, "expected an array, got " + type_name(*parts));
+  }
+  for (std::size_t i = 0; i < parts->size(); ++i) {
+    const json& part = (*parts)[i];
+    if (!part.is_object() || !part.contains("part") || !part.contains("beside_bytes")) {
+      throw InputError("step.parts", i, "expected an object with part and beside_bytes");
+    }
+    eager::StepPart parsed;
+    parsed.kind = step_part_kind(part["part"], i);
+    parsed.beside_bytes = byte_count(part["beside_bytes"], "step.parts", i, "beside_bytes");
+    const bool has_call =
+        parsed.kind != eager::StepPartKind::pre && parsed.kind != eager::StepPartKind::done;
+    if (has_call) {
+      if (!part.contains("call")) throw InputError("step.parts", i, "call is missing");
+      parsed.call = whole_count(part["call"], "step.parts", i, "call", "");
+    }
+    figures.parts.push_back(parsed);
+  }
+  return figures;
+}
+
+}  // namespace
+
+EagerInput read_eager_input(std::string_view text) {
+  EagerInput input{read_eager_profile(text), std::nullopt};
+  const json root = parse_document(text);
+  if (const auto step = root.find("step"); step != root.end()) {
+    input.step = read_step(*step);
+    eager::validate(input.profile, *input.step);
+  }
+  return input;
+}
+
 std::string instance_json(const GeneratedInstance& instance) {
   json out;
   out["memory"] = instance.input.memory;

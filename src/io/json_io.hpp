@@ -1,6 +1,7 @@
 // JSON at the edge: instances in, results out. The core library never sees JSON.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,6 +32,15 @@ chain::ChainProfile read_profile(std::string_view text);
 // "region_overhead": s, "layers": [{"name", "saved_bytes", "output_bytes", "saves_output",
 // "forward_time"}]}. region_overhead and saves_output are optional (0, false).
 eager::Profile read_eager_profile(std::string_view text);
+
+// An eager profile with the figures of a measured training step, when it has them ("step":
+// {"start_bytes", "outside_bytes", "margin_bytes", "parts": [{"part", "call", "beside_bytes"}]},
+// as remat.torch's Measurement.to_json() writes it): what plans to the step's peak.
+struct EagerInput {
+  eager::Profile profile;
+  std::optional<eager::StepFigures> step;
+};
+EagerInput read_eager_input(std::string_view text);
 
 std::string instance_json(const GeneratedInstance& instance);
 std::string result_json(const KnapsackResult& result);

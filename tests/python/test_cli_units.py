@@ -7,11 +7,12 @@ import pytest
 from conftest import ROOT
 from remat.units import parse_bytes
 
-# An eager profile whose every plan fits any budget, so `remat eager --budget TEXT` echoes the
-# bytes it read.
+# An eager profile (with a step of no bytes) whose every plan fits any budget, so
+# `remat eager --budget TEXT` echoes the bytes it read.
 ZERO_PROFILE = {
     "input_bytes": 0,
     "layers": [{"name": "a", "saved_bytes": 0, "output_bytes": 0, "forward_time": 0.0}],
+    "step": {"start_bytes": 0, "outside_bytes": 0, "parts": []},
 }
 
 TABLE = [
@@ -114,9 +115,9 @@ def test_the_table_has_both_outcomes():
 
 def test_eager_budget_takes_units(run):
     profile = str(ROOT / "examples" / "profiles" / "gpt_d8_w192_eager.json")
-    code, out, err = run("eager", profile, "--budget", "30MB")
+    code, out, err = run("eager", profile, "--activation-budget", "30MB")
     assert code == 0, err
-    plain = run("eager", profile, "--budget", "30000000")[1]
+    plain = run("eager", profile, "--activation-budget", "30000000")[1]
     assert {**json.loads(out), "seconds": 0} == {**json.loads(plain), "seconds": 0}
 
 
@@ -141,5 +142,7 @@ def test_max_planner_bytes_takes_units(run):
     code, out, err = run("solve", "--max-planner-bytes", "lots", "-", stdin=instance)
     assert (code, out) == (2, "") and err.startswith("error: max_planner_bytes: cannot read 'lots'")
     profile = str(ROOT / "examples" / "profiles" / "gpt_d8_w192_eager.json")
-    code, out, err = run("eager", profile, "--budget", "60MiB", "--max-planner-bytes", "1KiB")
+    code, out, err = run(
+        "eager", profile, "--activation-budget", "60MiB", "--max-planner-bytes", "1KiB"
+    )
     assert code == 3 and "over the cap of 1024" in err

@@ -119,6 +119,20 @@ def figures_of(record: StepRecord, profile: Profile) -> StepFigures:
     return StepFigures(record.start_bytes, outside, tuple(beside), record.peak_bytes)
 
 
+def figures_json(figures: StepFigures) -> dict[str, Any]:
+    """The figures as `remat eager` reads them (a profile's "step"), for a step that begins
+    holding ``figures.start_bytes``."""
+    return {
+        "start_bytes": figures.start_bytes,
+        "outside_bytes": figures.outside_bytes,
+        "margin_bytes": figures.margin_bytes,
+        "parts": [
+            {"part": part[0], **({"call": part[1]} if len(part) > 1 else {}), "beside_bytes": b}
+            for part, b in figures.beside
+        ],
+    }
+
+
 def _where(part: Part | None, calls: int) -> str:
     if part is None or part in _NO_BLOCK_ACTIVATIONS or part == ("before", 0):
         return "outside"
@@ -199,6 +213,49 @@ def least_plan(make_plan: Callable[[int], Plan]) -> Plan:
     return make_plan(make_plan(2**60).minimum_budget_bytes)
 
 
+def _each_call_its_region(least: Plan) -> Plan | None:
+    """The plan the measuring step ran, every call its own region re-run whole, evaluated as the
+    planner evaluates plans; None where the planner's rules refuse it (a chain of one call)."""
+    p = least.profile
+    regions = [(i, i, 0, -1) for i in range(len(p.layers))]
+    try:
+        peak, recompute = _core.eager_evaluate(
+            p.input_bytes,
+            p.planned_layers(),
+            p.region_overhead_seconds,
+            p.max_region_layers,
+            regions,
+        )
+    except _core.InputError:
+        return None
+    return dataclasses.replace(
+        least,
+        regions=tuple(Region(i, i, 0) for i in range(len(p.layers))),
+        options=(),
+        predicted_peak_bytes=peak,
+        predicted_recompute_seconds=recompute,
+        predicted_stage_peak_bytes=peak,
+        offload=None,
+    )
+
+
+def least_step_plan(
+    make_plan: Callable[[int], Plan], figures: StepFigures, start_bytes: int
+) -> Plan:
+    """The plan of the least predicted step peak among the least-activation plan and every call
+    its own region (the measured step's plan, which HF's checkpointing also runs): the step
+    model counts a region's re-run whole, so fewer activations need not mean a lower step."""
+    least = least_plan(make_plan)
+    each = _each_call_its_region(least)
+    if each is None:
+        return least
+
+    def peak(plan: Plan) -> int:
+        return predicted_step(plan, figures, start_bytes, 0).predicted_peak_bytes
+
+    return each if peak(each) < peak(least) else least
+
+
 def plan_step(
     make_plan: Callable[[int], Plan],
     memory_budget: int,
@@ -212,7 +269,7 @@ def plan_step(
         remat.InputError: below the least predicted step peak (stating it in whole bytes and
             which part of the step sets it).
     """
-    least = least_plan(make_plan)
+    least = least_step_plan(make_plan, figures, start_bytes)
     floor = predicted_step(least, figures, start_bytes, memory_budget)
     if floor.predicted_peak_bytes > memory_budget:
         raise _core.InputError(
@@ -246,5 +303,6 @@ def plan_step(
 def least_step_peak(
     make_plan: Callable[[int], Plan], figures: StepFigures, start_bytes: int
 ) -> int:
-    """The least predicted peak of a step that follows a plan."""
-    return predicted_step(least_plan(make_plan), figures, start_bytes, 0).predicted_peak_bytes
+    """The least predicted peak of a step that follows a plan (see least_step_plan)."""
+    plan = least_step_plan(make_plan, figures, start_bytes)
+    return predicted_step(plan, figures, start_bytes, 0).predicted_peak_bytes

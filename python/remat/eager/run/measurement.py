@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -17,7 +18,7 @@ from ..blocks import Blocks, find_blocks
 from ..measuring.step_segments import StepSegments
 from ..planning.offload import plan_with_offload
 from ..planning.planner import plan_profile
-from ..planning.step_budget import least_step_peak, predicted_step
+from ..planning.step_budget import StepFigures, figures_json, least_step_peak, predicted_step
 from ..types import Plan, Profile
 from .auto import AutoCheckpoint, _default_loss
 from .step_budget import StepBudget
@@ -70,6 +71,7 @@ class Measurement:
     least_budget_bytes: int | None = None
     no_checkpoint_step_bytes: int | None = None
     measured_step_bytes: int | None = None
+    step_figures: StepFigures | None = None  # what plans to the step's peak (see to_json)
 
     @property
     def least_offload_budget_bytes(self) -> int:
@@ -122,6 +124,15 @@ class Measurement:
 
     def __str__(self) -> str:
         return self.table()
+
+    def to_json(self) -> str:
+        """The profile as `remat eager PROFILE.json` reads it, with the measured step's figures
+        (``"step"``) when it has them, so that ``remat eager --budget`` plans to the step's
+        peak as ``auto_checkpoint(memory_budget=)`` does."""
+        data = json.loads(self.profile.to_json())
+        if self.step_figures is not None:
+            data["step"] = figures_json(self.step_figures)
+        return json.dumps(data, indent=1)
 
 
 def measure(
@@ -270,6 +281,7 @@ def _with_step_figures(result: Measurement, step_budget: StepBudget, state: int)
         least_budget_bytes=least,
         no_checkpoint_step_bytes=max(plain, least),
         measured_step_bytes=figures.measured_peak_bytes,
+        step_figures=dataclasses.replace(figures, start_bytes=start),
     )
 
 
