@@ -21,53 +21,47 @@ still imports, eager checkpointing works, and ``use()`` raises a RuntimeError sa
 from __future__ import annotations
 
 from . import integrations  # noqa: F401  (remat.integrations.* after import remat.torch)
-from .compiled import BudgetNotMet, BudgetTooSmall, Fit, GraphChoice, Tradeoff, fit, tradeoff
-from .compiled.solver import (
-    COMPILE_MIN_TORCH,
-    CustomKnapsackSolver,  # noqa: F401  (None on torch < 2.11, as remat.torch says)
-    RematKnapsackSolver,
-    node_runtimes,
-    use,
-)
+from .compiled import BudgetNotMet, BudgetTooSmall, fit, tradeoff
+from .compiled.solver import use
 from .eager import (
     AutoCheckpoint,
-    LayerProfile,
     Measurement,
     Plan,
     Profile,
     auto_checkpoint,
     checkpoint_sequential,
-    find_blocks,
     measure,
     plan,
-    profile_layers,
 )
 from .saved_memory import SavedTensorMeter
 from .step_memory import StepMemoryMeter
 
+# isort: split
+# Reachable as remat.torch.<name>, outside the public list below (documented at their modules).
+from .compiled import Fit, GraphChoice, Tradeoff  # noqa: F401
+from .compiled.solver import (  # noqa: F401
+    COMPILE_MIN_TORCH,
+    CustomKnapsackSolver,  # None on torch < 2.11, as this module's docstring says
+    RematKnapsackSolver,
+    node_runtimes,
+)
+from .eager import LayerProfile, find_blocks, profile_layers  # noqa: F401
+
+# What users call, and the types they hold.
 __all__ = [
     "AutoCheckpoint",
     "BudgetNotMet",
     "BudgetTooSmall",
-    "Fit",
-    "GraphChoice",
-    "COMPILE_MIN_TORCH",
-    "LayerProfile",
     "Measurement",
     "Plan",
     "Profile",
-    "RematKnapsackSolver",
     "SavedTensorMeter",
     "StepMemoryMeter",
-    "Tradeoff",
     "auto_checkpoint",
     "checkpoint_sequential",
-    "find_blocks",
     "fit",
     "measure",
-    "node_runtimes",
     "plan",
-    "profile_layers",
     "tradeoff",
     "use",
 ]

@@ -65,21 +65,15 @@ def module_names() -> dict[str, pathlib.Path]:
     return names
 
 
-def _type_checking_only(node: ast.AST) -> bool:
-    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-
-
 def imports_of(name: str, path: pathlib.Path, modules: set[str]) -> set[str]:
-    """The modules of python/remat that `name` imports, anywhere in it (a function-level import
-    closes a circle as surely as a top-level one), except under `if TYPE_CHECKING:`. `from P
-    import x` names P.x when that is a module (the extension `_core` too), else P itself."""
+    """The modules of python/remat that `name` imports, anywhere in it: a function-level import
+    closes a circle as surely as a top-level one, and one under `if TYPE_CHECKING:` is a
+    dependency a reader and a type checker follow, hidden from the interpreter. `from P import
+    x` names P.x when that is a module (the extension `_core` too), else P itself."""
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     found = set()
     tree = ast.parse(path.read_text())
-    skipped = {id(n) for top in ast.walk(tree) if _type_checking_only(top) for n in ast.walk(top)}
     for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -142,6 +136,16 @@ def test_no_import_circle_in_the_package():
 def test_the_circle_check_finds_a_circle():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_an_import_for_type_checking_counts(tmp_path):
+    # eager/types.py imported policy and table, which imported it back under TYPE_CHECKING.
+    path = tmp_path / "table.py"
+    path.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .types import Plan\n"
+    )
+    found = imports_of("remat.eager.table", path, {"remat.eager.types", "remat.eager.table"})
+    assert found == {"remat.eager.types"}
 
 
 # eager/'s stages, lowest first: a module may import its own stage and those below it.

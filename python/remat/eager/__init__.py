@@ -20,29 +20,30 @@ at this level besides ``types`` (``_runtime``, ``generators``, ``numpy_state``, 
 ``mutation``, ``caches``, ``blocks``, ``policy``, ``table``) are the helpers every stage shares.
 """
 
-from .blocks import Blocks, find_blocks
+from . import table  # noqa: F401  (registers how print(plan) shows a plan)
 from .measuring.chain import profile_layers
-from .planning.offload import OffloadPlan, measure_bandwidth, plan_offload
+from .planning.offload import plan_offload
 from .planning.planner import plan_profile
 from .run.auto import AutoCheckpoint, auto_checkpoint
 from .run.measurement import Measurement, measure
 from .run.sequential import checkpoint_sequential, plan, run_plan
-from .types import LayerProfile, Plan, Profile, Region
+from .types import Plan, Profile
 
+# isort: split
+# Reachable as remat.eager.<name>, outside the public list below.
+from .blocks import Blocks, find_blocks  # noqa: F401
+from .planning.offload import OffloadPlan, measure_bandwidth  # noqa: F401
+from .types import LayerProfile, Region  # noqa: F401
+
+# The entry points and the data they return.
 __all__ = [
     "AutoCheckpoint",
-    "Blocks",
-    "LayerProfile",
     "Measurement",
-    "OffloadPlan",
     "Plan",
     "Profile",
-    "Region",
     "auto_checkpoint",
     "checkpoint_sequential",
-    "find_blocks",
     "measure",
-    "measure_bandwidth",
     "plan",
     "plan_offload",
     "plan_profile",

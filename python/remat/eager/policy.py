@@ -6,15 +6,13 @@ Measuring runs it to time SAC's modes on a layer (measuring/ops.py), running to 
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
 from ..saved_memory import is_traced, sac_storage, storage_key
 from ._runtime import _tensors
-
-if TYPE_CHECKING:
-    from .types import Key, MenuEntry, OpProfile
+from .types import Key, MenuEntry, OpProfile
 
 
 def _same_op(name: str) -> str:

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..units import format_bytes, format_seconds
-
-if TYPE_CHECKING:
-    from .types import MenuEntry, OpProfile, Plan, StepPeak
+from .types import _PLAN_FORMAT, MenuEntry, OpProfile, Plan, StepPeak
 
 
 def plan_table(plan: Plan) -> str:
@@ -160,3 +156,6 @@ def describe(profile: OpProfile, entry: MenuEntry) -> str:
         counts[name] = counts.get(name, 0) + 1
     listed = ", ".join(f"{n} x{c}" if c > 1 else n for n, c in counts.items())
     return f"keeps {len(kept)} of {len(profile.ops)} ops" + (f": {listed}" if listed else "")
+
+
+_PLAN_FORMAT.append(plan_table)

@@ -10,8 +10,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Sequence
 
 from .._validate import describe
-from .policy import context_fn
-from .table import plan_table
 
 Key = tuple[str, int, int]
 
@@ -383,7 +381,7 @@ class Plan:
         device, or offloaded to host memory and back)."""
         return [r == 1 for r in self.runs()]
 
-    def _entry(self, region: int) -> MenuEntry | None:
+    def menu_entry(self, region: int) -> MenuEntry | None:
         """The menu entry region `region` runs with, None for a whole re-run."""
         option = self.options[region] if region < len(self.options) else -1
         if option < 0:
@@ -394,26 +392,8 @@ class Plan:
         """Whether region `region` runs selectively: its entry keeps some of its ops. An entry
         that keeps none is a whole re-run (torch's early stop ends it at the last saved op,
         which that entry's time counts and a whole region's forward time does not)."""
-        entry = self._entry(region)
+        entry = self.menu_entry(region)
         return entry is not None and bool(entry.cached)
-
-    def context_fn(
-        self, region: int, warn: Callable[[str], None] | None = None
-    ) -> Callable[[], Any] | None:
-        """torch.utils.checkpoint's `context_fn` for region `region` (index into `regions`):
-        its selective policy when the plan keeps some of its ops, else None (re-run all).
-        `warn` gets what goes off the plan (a RuntimeWarning when not given)."""
-        entry = self._entry(region)
-        if entry is None or not entry.cached:
-            return None
-        first = self.regions[region][0]
-        op_profile, _ = self.profile.selective[first]
-        return context_fn(op_profile, entry, self.profile.layers[first].name, warn)
-
-    def contexts(self) -> dict[int, Callable[[], Any]]:
-        """Every selective region's `context_fn`, by region index."""
-        found = {i: self.context_fn(i) for i in range(len(self.regions))}
-        return {i: f for i, f in found.items() if f is not None}
 
     def held_after_forward(self) -> list[int]:
         """Bytes each layer holds once the forward pass is done: a plain layer its saved bytes
@@ -451,12 +431,14 @@ class Plan:
                 held.append(layer.saved_bytes)
         return held
 
-    def table(self) -> str:
-        """The plan as a table (also ``print(plan)``)."""
-        return plan_table(self)
-
     def __str__(self) -> str:
-        return self.table()
+        """The plan as a table (``print(plan)``; remat/eager/table.py formats it)."""
+        return _PLAN_FORMAT[0](self) if _PLAN_FORMAT else repr(self)
+
+
+# How print(plan) shows a plan: registered by .table, which the package imports first. The data
+# does not import its presentation (table.py reads this module's types).
+_PLAN_FORMAT: list[Callable[[Plan], str]] = []
 
 
 def core_regions(

@@ -14,6 +14,7 @@ from ... import _distributed
 from ...saved_memory import has_fsdp_modules
 from .._runtime import _signature, _tensors
 from ..planning.tune import tuning_candidates
+from .contexts import plan_contexts
 from .execution import Execution
 from .sequential import plan
 from .tuning import OnlineTuning
@@ -75,9 +76,9 @@ class ChainMode:
         if tuning is not None and not torch.compiler.is_compiling():
             label, candidate = tuning.next()
             self.plan = candidate
-            self.last_execution = Execution(functions, candidate.regions, candidate.contexts())
+            self.last_execution = Execution(functions, candidate.regions, plan_contexts(candidate))
             return tuning.run(label, self.last_execution, input, self.blocks.modules[0])
-        self.last_execution = Execution(functions, found.regions, found.contexts())
+        self.last_execution = Execution(functions, found.regions, plan_contexts(found))
         return self.last_execution(input)
 
     def _tunes_online(self) -> bool:

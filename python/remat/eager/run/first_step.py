@@ -23,6 +23,7 @@ from ..planning.offload import plan_with_offload
 from ..planning.planner import budget_named, plan_profile
 from ..snapshots import CallSnapshot
 from ..types import Plan, Profile
+from .contexts import region_context
 from .step import _BlockPlan, _Step
 
 
@@ -202,7 +203,7 @@ class FirstStep:
             group=self.plan_group,
         )
         regions = {
-            first: made.context_fn(index, self._warn)
+            first: region_context(made, index, self._warn)
             for index, (first, _, _) in enumerate(made.regions)
         }
         # A region whose input moves: the positions of the arguments it sends to the host.

@@ -18,6 +18,7 @@ from ..measuring.chain import profile_layers
 from ..planning.agree import agree_on_profile
 from ..planning.planner import budget_named, check_planner_options, plan_profile
 from ..types import Plan, Profile
+from .contexts import plan_contexts
 from .execution import Execution
 from .tuning import tune_plan
 
@@ -295,4 +296,4 @@ def run_plan(functions: Sequence[Callable[[Any], Any]], plan: Plan, input: Any) 
             RuntimeWarning,
             stacklevel=2,
         )
-    return Execution(functions, plan.regions, plan.contexts())(input)
+    return Execution(functions, plan.regions, plan_contexts(plan))(input)

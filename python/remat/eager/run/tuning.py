@@ -33,6 +33,7 @@ from .._runtime import _detached, _modules_of, _PreservedState, _synchronize, _t
 from ..measuring.calls import saves_kept_apart
 from ..planning.tune import _tunable, fastest, tuning_candidates
 from ..types import Plan
+from .contexts import plan_contexts
 from .execution import Execution
 
 
@@ -80,7 +81,7 @@ def tune_plan(
             for label, candidate in candidates.items():
                 timings[label].append(
                     _time_step(
-                        functions, candidate.regions, input, parameters, candidate.contexts()
+                        functions, candidate.regions, input, parameters, plan_contexts(candidate)
                     )
                 )
             # Ranks must run the same candidates as often (under FSDP each run gathers
