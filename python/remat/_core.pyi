@@ -88,7 +88,7 @@ _EagerRegion = tuple[int, int, int, int]
 
 def eager_plan(
     input_bytes: int,
-    layers: list[_EagerLayer],
+    layers: Sequence[_EagerLayer],
     region_overhead: float,
     max_region_layers: int,
     budget: int,
@@ -97,13 +97,13 @@ def eager_plan(
 ) -> EagerPlan: ...
 def eager_minimum(
     input_bytes: int,
-    layers: list[_EagerLayer],
+    layers: Sequence[_EagerLayer],
     region_overhead: float,
     max_region_layers: int,
 ) -> EagerPlan: ...
 def eager_evaluate(
     input_bytes: int,
-    layers: list[_EagerLayer],
+    layers: Sequence[_EagerLayer],
     region_overhead: float,
     max_region_layers: int,
     regions: list[_EagerRegion],

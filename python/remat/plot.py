@@ -123,25 +123,25 @@ def plot_tradeoff(
         markersize=4,
         label="least recompute within a budget",
     )
-    measured = [p for p in tradeoff.points if p.measured_peak is not None]
+    measured = [(p, p.measured_peak) for p in tradeoff.points if p.measured_peak is not None]
     if measured:
         axes.plot(
-            [p.measured_peak / mib for p in measured],
-            [p.recompute for p in measured],
+            [peak / mib for _, peak in measured],
+            [p.recompute for p, _ in measured],
             "s",
             color="#c0392b",
             markersize=6,
             label="measured peak",
         )
-        for point in measured:  # each measurement drawn from the prediction it checks
+        for point, peak in measured:  # each measurement drawn from the prediction it checks
             axes.annotate(
                 "",
-                xy=(point.measured_peak / mib, point.recompute),
+                xy=(peak / mib, point.recompute),
                 xytext=(point.predicted_peak / mib, point.recompute),
                 arrowprops={"arrowstyle": "->", "color": "#c0392b", "lw": 0.8},
             )
     peaks = [p.predicted_peak / mib for p in tradeoff.points]
-    peaks += [p.measured_peak / mib for p in measured]
+    peaks += [peak / mib for _, peak in measured]
     _readable_axes(axes, peaks, [p.recompute for p in tradeoff.points])
     axes.set_xlabel("step peak (MiB)")
     axes.set_ylabel(f"estimated recompute ({tradeoff.runtime_unit})")

@@ -105,6 +105,7 @@ _TOP_SAVE_HOOKS = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks"
 def top_save_hooks() -> Any:
     """The (pack, unpack) hooks in force, None when autograd keeps saved tensors itself."""
     require_save_hooks()
+    assert _TOP_SAVE_HOOKS is not None  # require_save_hooks raised otherwise
     return _TOP_SAVE_HOOKS(False)
 
 
@@ -181,8 +182,7 @@ def is_parameter_cast(tensor: torch.Tensor) -> bool:
     if function is None or type(function).__name__ != "ToCopyBackward0":
         return False
     return any(
-        getattr(following, "variable", None) is not None
-        and isinstance(following.variable, torch.nn.Parameter)
+        isinstance(getattr(following, "variable", None), torch.nn.Parameter)
         for following, _ in function.next_functions
     )
 
@@ -230,7 +230,7 @@ class SavedTensorMeter:
     def __enter__(self) -> "SavedTensorMeter":
         with _patch_lock:
             if not _active_meters:
-                torch_checkpoint._CheckpointFrame.__init__ = _metered_frame_init
+                torch_checkpoint._CheckpointFrame.__init__ = _metered_frame_init  # type: ignore[method-assign,assignment]
             _active_meters.append(self)
         self._hooks.__enter__()
         return self
@@ -240,7 +240,7 @@ class SavedTensorMeter:
         with _patch_lock:
             _active_meters.remove(self)
             if not _active_meters:
-                torch_checkpoint._CheckpointFrame.__init__ = _original_frame_init
+                torch_checkpoint._CheckpointFrame.__init__ = _original_frame_init  # type: ignore[method-assign]
 
     def _persistent(self, tensor: torch.Tensor) -> bool:
         if is_persistent(tensor, self._excluded):

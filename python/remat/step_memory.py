@@ -24,6 +24,7 @@ the meter is active (a tensor made from a NumPy array) are not seen.
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 import weakref
@@ -81,7 +82,7 @@ class _LiveStorages(TorchDispatchMode):
         """Called when the count becomes active: in-place resizes reach it from then on."""
         with _resize_lock:
             if not _resize_watchers:
-                torch.UntypedStorage.resize_ = _watched_resize  # type: ignore[method-assign]
+                torch.UntypedStorage.resize_ = _watched_resize  # type: ignore[method-assign,assignment]
             _resize_watchers.append(self)
 
     def unwatch_resizes(self) -> None:
@@ -119,7 +120,7 @@ class _LiveStorages(TorchDispatchMode):
         if key in self._alive:
             return
         size = storage.nbytes()
-        reference = weakref.ref(storage, lambda _, key=key: self._release(key))
+        reference = weakref.ref(storage, functools.partial(self._released, key))
         self._alive[key] = (size, reference)
         self.current += size
         self.peak = max(self.peak, self.current)
@@ -130,7 +131,7 @@ class _LiveStorages(TorchDispatchMode):
             for storage in _storages(tensor):
                 self.hold(storage)
 
-    def _release(self, key: int) -> None:
+    def _released(self, key: int, _reference: Any) -> None:
         entry = self._alive.pop(key, None)
         if entry is not None:
             self.current -= entry[0]

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from test_distributed import Net, _finish, _init, _spawn, _write, dist_all
+from process_group import Net, _finish, _init, _spawn, _write, dist_all
 
 STEPS = 3
 
@@ -70,12 +70,13 @@ def _step_budget_worker(rank, world, store, out, wrapper):
     model = _wrapped(inner, wrapper)
     peaks, grads = _train(model, x)
     # A plan is checked for its first two steps, then followed unmeasured: planned again only
-    # when a check calls for it (here, once: the optimizer step, unknown to the step that
-    # measured), not at every step.
-    for _ in range(2):
+    # when a check calls for it (the optimizer step, unknown to the step that measured; under
+    # FSDP2 a plan whose op-level options came out otherwise sometimes once more), not at every
+    # step: the eighth step is followed unmeasured.
+    for _ in range(5):
         model.zero_grad(set_to_none=True)
         model(x).pow(2).mean().backward()
-    fifth_measured = handle.step_budget.open is not None
+    eighth_measured = handle.step_budget.open is not None
     equal = all(
         torch.equal(a, b) for step, plain in zip(grads, plain_grads) for a, b in zip(step, plain)
     )
@@ -91,7 +92,7 @@ def _step_budget_worker(rank, world, store, out, wrapper):
             "regions": [list(r) for r in plan.regions],
             "grads_equal": equal,
             "warnings": handle.warnings,
-            "fifth_measured": fifth_measured,
+            "eighth_measured": eighth_measured,
         },
     )
     dist.barrier()
@@ -110,7 +111,7 @@ def test_every_ranks_step_fits_the_budget_with_one_plan(tmp_path, wrapper):
         assert r["predicted"] <= r["budget"], r
         assert r["grads_equal"], r
         assert not r["warnings"], r
-        assert not r["fifth_measured"], r
+        assert not r["eighth_measured"], r
 
 
 def _fsdp_meter_worker(rank, world, store, out):

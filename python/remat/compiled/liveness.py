@@ -36,7 +36,7 @@ def _hint(value: Any) -> int:
     from torch.fx.experimental import symbolic_shapes
 
     # optimization_hint in torch 2.13, hint_int before it: neither adds a guard.
-    hint = getattr(symbolic_shapes, "optimization_hint", None) or symbolic_shapes.hint_int
+    hint = getattr(symbolic_shapes, "optimization_hint", None) or symbolic_shapes.hint_int  # type: ignore[attr-defined]
     return int(hint(value, fallback=4096))
 
 

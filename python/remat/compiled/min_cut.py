@@ -91,7 +91,7 @@ def fast_min_cut(sizes: dict[Any, int]) -> Iterator[None]:
         return found
 
     nx.minimum_cut = minimum_cut
-    partitioners.config = _ConfigSnapshot(original[1])
+    partitioners.config = _ConfigSnapshot(original[1])  # type: ignore[assignment]
     partitioners._size_of = cached_size_of
     try:
         yield

@@ -265,6 +265,7 @@ class Partitioner:
                 "torch's _extract_fwd_bwd_modules cannot take"
             )
         started = time.perf_counter()
+        assert self.joint_module is not None  # set by the partitioner before it asks
         forward, backward = partitioners._extract_fwd_bwd_modules(
             self.joint_module,
             tensors,

@@ -41,7 +41,7 @@ from .partition import Partitioner, require_partitioner_internals
 try:
     from torch._inductor.custom_graph_pass import CustomKnapsackSolver
 except ImportError:  # torch < 2.11: eager checkpointing only
-    CustomKnapsackSolver = None
+    CustomKnapsackSolver = None  # type: ignore[misc,assignment]
 
 #: The first torch whose partitioner takes a CustomKnapsackSolver (pytorch/pytorch#171601).
 COMPILE_MIN_TORCH = "2.11"
@@ -149,7 +149,7 @@ def compiled_by_inductor() -> bool:
             ("_inductor/compile_fx.py", "_inductor\\compile_fx.py")
         ):
             return True
-        frame = frame.f_back
+        frame = frame.f_back  # type: ignore[assignment]
     return False
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, TypeGuard
 
 from torch import nn
 
@@ -49,7 +49,7 @@ def _parameter_count(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-def _is_stock_sequential(module: nn.Module) -> bool:
+def _is_stock_sequential(module: nn.Module) -> TypeGuard[nn.Sequential]:
     return isinstance(module, nn.Sequential) and type(module).forward is nn.Sequential.forward
 
 
@@ -102,9 +102,10 @@ def _walk(model: nn.Module, parts: list[str]) -> nn.Module | str:
             where = ".".join(["model", *parts[:depth]])
             children = ", ".join(name for name, _ in target.named_children()) or "none"
             return f"blocks: {where} has no member '{part}' (its children: {children})"
-        target = target[int(part)] if part.isdigit() else getattr(target, part)
-        if not isinstance(target, nn.Module):
+        found = target[int(part)] if part.isdigit() else getattr(target, part)  # type: ignore[index]
+        if not isinstance(found, nn.Module):
             return f"blocks: model.{'.'.join(parts[: depth + 1])} is not an nn.Module"
+        target = found
     return target
 
 

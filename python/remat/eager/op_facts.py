@@ -45,7 +45,9 @@ def _read(func: Any) -> OpFacts:
         for i, a in enumerate(arguments)
         if a.alias_info is not None and a.alias_info.is_write
     )
-    generators = tuple((i, a.name) for i, a in enumerate(arguments) if "Generator" in str(a.type))
+    generators: tuple[tuple[int, Any], ...] | None = tuple(
+        (i, a.name) for i, a in enumerate(arguments) if "Generator" in str(a.type)
+    )
     if schema is None:  # not an aten op: any argument may be a generator
         generators = None
     names = [a.name for a in arguments]

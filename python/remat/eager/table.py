@@ -84,7 +84,9 @@ def plan_table(plan: Plan) -> str:
         if option < 0:
             continue
         rerun = format_seconds(p.layers[first].options[option][1])
-        op_profile, entries = p.selective[first]
+        selective = p.selective[first]
+        assert selective is not None  # an option is only given where the layer has a menu
+        op_profile, entries = selective
         entry = entries[option]
         if not entry.cached:
             lines.append(

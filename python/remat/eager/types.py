@@ -386,7 +386,9 @@ class Plan:
         option = self.options[region] if region < len(self.options) else -1
         if option < 0:
             return None
-        return self.profile.selective[self.regions[region][0]][1][option]
+        selective = self.profile.selective[self.regions[region][0]]
+        assert selective is not None  # an option is only given where the layer has a menu
+        return selective[1][option]
 
     def keeps_ops(self, region: int) -> bool:
         """Whether region `region` runs selectively: its entry keeps some of its ops. An entry

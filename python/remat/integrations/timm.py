@@ -17,7 +17,7 @@ output: the first step notes that, and the plan counts it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 from torch import nn
 
@@ -26,7 +26,7 @@ from ..eager.run.auto import AutoCheckpoint, auto_checkpoint
 _CONTAINERS = (nn.Sequential, nn.ModuleList)
 
 
-def _container(value: Any) -> bool:
+def _container(value: Any) -> TypeGuard[nn.Sequential | nn.ModuleList]:
     return isinstance(value, _CONTAINERS) and len(value) > 0
 
 
@@ -38,8 +38,9 @@ def _stages(model: nn.Module) -> list[nn.Module] | None:
         if _container(stages):
             return list(stages)
     numbered = [getattr(model, f"layer{i}", None) for i in range(1, 5)]
-    if all(_container(stage) for stage in numbered):
-        return numbered
+    found = [stage for stage in numbered if _container(stage)]
+    if len(found) == len(numbered):
+        return list(found)
     blocks = getattr(model, "blocks", None)
     if _container(blocks) and all(_container(stage) for stage in blocks):
         return list(blocks)
@@ -59,8 +60,9 @@ def find_blocks(model: nn.Module) -> nn.Module | list[nn.Module]:
             "blocks=...) with its blocks"
         )
     inner = [stage if _container(stage) else getattr(stage, "blocks", None) for stage in stages]
-    if all(_container(b) for b in inner):
-        return [block for b in inner for block in b]
+    containers = [b for b in inner if _container(b)]
+    if len(containers) == len(inner):
+        return [block for b in containers for block in b]
     return stages
 
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any, Sequence
 
 from ... import _solve
-from ..types import MenuEntry, OpProfile, Profile
+from ..types import LayerProfile, MenuEntry, OpProfile, Profile
 
 
 def entry_of(profile: OpProfile, cached: frozenset[int]) -> MenuEntry:
@@ -56,7 +56,8 @@ def with_menus(profile: Profile, ops: Sequence[Any]) -> Profile:
     plus the ops it re-runs besides; one that keeps none runs as a plain region."""
     if not any(o is not None for o in ops):
         return profile
-    layers, selective = [], []
+    layers: list[LayerProfile] = []
+    selective: list[tuple[OpProfile, tuple[MenuEntry, ...]] | None] = []
     for layer, op_profile in zip(profile.layers, ops):
         if op_profile is None or not (op_profile.replays and op_profile.worth_it):
             # planned as a block (see OpProfile.replays and worth_it)

@@ -232,22 +232,23 @@ class ModesCache:
         timed = forward_seconds is not None
         if self.shortcuts and key in self._found:
             found = self._found[key]
-        elif self.shortcuts and timed and names in self._overheads:
+        elif self.shortcuts and forward_seconds is not None and names in self._overheads:
             found = self._rebased(self._overheads[names], forward_seconds)
         else:
             weighed = self.shortcuts and timed and not profile.on_cuda
             args, kwargs = _detached(args), _detached(kwargs)
             plain = forward_seconds
             if weighed:
+                assert forward_seconds is not None  # weighed only when timed
                 plain = self._plain_forward(function, args, kwargs, forward_seconds, plain_seconds)
                 if self.floor_seconds(profile.dispatched) >= plain:
                     return replace(profile, worth_it=False)
             _synchronize(args)
             found = self._found[key] = measure_modes(function, args, kwargs, profile, repeats)
-            if timed:
+            if forward_seconds is not None:
                 overhead = None if found is None else (found[0] - forward_seconds, found[1])
                 self._overheads[names] = overhead
-            if found is not None and weighed and profile.dispatched:
+            if found is not None and weighed and plain is not None and profile.dispatched:
                 self._dispatched += profile.dispatched
                 self._seconds += max(0.0, found[0] - plain) + found[1]
         # On CUDA the modes' cost is host time that overlaps the kernels already queued.

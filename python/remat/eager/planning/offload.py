@@ -248,9 +248,11 @@ def plan_offload(
     mask = _mask(offloadable, "offloadable", len(profile.layers))
     input_mask = _mask(input_offloadable, "input_offloadable", len(profile.layers))
     if len(layers) > len(profile.layers):  # the code after the chain (Profile.output_held)
-        for values, value in ((backward, 0.0), (mask, False), (input_mask, False)):
-            if values:
-                values.append(value)
+        if backward:
+            backward.append(0.0)
+        for flags in (mask, input_mask):
+            if flags:
+                flags.append(False)
     found = _core.offload_plan(
         profile.input_bytes,
         layers,

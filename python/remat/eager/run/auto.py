@@ -24,6 +24,7 @@ import os
 import pathlib
 import sys
 import warnings
+from types import FrameType
 from typing import Any, Sequence
 
 import torch
@@ -129,13 +130,14 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
         self._names = {id(m): n for m, n in zip(blocks.modules, blocks.names)}
         self._step: _Step | None = None
         self._inside = 0  # > 0 while a block (or the chain) runs: blocks inside it run plainly
-        self._region_overhead: float | None = None
+        self._region_overhead = None
         self._device = torch.device("cpu")  # the blocks' inputs', once seen
         self._patched: list[tuple[nn.Module, Any]] = []
         self._hooks: list[Any] = []
         self._warned: set[str] = set()
         self._pending = _PendingBackward()
         self._modes: ModesCache | None = None  # see _begin_step
+        self.last_execution = None  # the chain's last run (ChainMode)
         self.reinstall()
         if blocks.left_out:
             every = ", ".join(f"*{b.path}" for b in (blocks, *blocks.left_out))
@@ -370,14 +372,15 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
 
 
 _LIBRARIES = tuple(
-    str(pathlib.Path(module.__file__).parent) + os.sep for module in (torch, sys.modules["remat"])
+    str(pathlib.Path(str(module.__file__)).parent) + os.sep
+    for module in (torch, sys.modules["remat"])
 )
 
 
 def _user_stacklevel() -> int:
     """The stacklevel of warnings.warn, called from _warn, that names the first frame outside
     torch and remat: the user's line (model(x), loss.backward()), not torch's module call."""
-    frame = sys._getframe(2)  # _warn's caller: stacklevel 2 of the warn in _warn
+    frame: FrameType | None = sys._getframe(2)  # _warn's caller: the warn in _warn
     level = 2
     while frame is not None and frame.f_code.co_filename.startswith(_LIBRARIES):
         frame, level = frame.f_back, level + 1
@@ -491,6 +494,7 @@ def auto_checkpoint(
         chosen = _for_step_budget(chosen, memory_budget, plan_group, microbatches_in_flight)
         step_budget = StepBudget(_step_budget_of(memory_budget), model, optimizer)
     else:
+        assert activation_budget is not None  # exactly one budget was checked above
         budget = parse_bytes(activation_budget)
     _log.info("auto_checkpoint: blocks %s", chosen.describe())
     if verbose:
@@ -564,7 +568,7 @@ def _measure_step(handle: AutoCheckpoint, args: tuple[Any, ...], kwargs: dict[st
         del loss
     handle._end_measured_step()
     key = next(reversed(handle._profiles), None)
-    if key is not None:
+    if key is not None and handle.step_budget is not None:
         start = handle.step_budget.start_bytes(next(iter(devices), handle._device), (args, kwargs))
         handle._start_bytes = start
         profile, calls = handle._profiles[key]

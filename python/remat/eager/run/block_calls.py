@@ -17,11 +17,12 @@ from ..caches import without_caches
 from ..generators import measuring_now
 from ..snapshots import CallSnapshot
 from .buffers import BufferReplay
+from .handle_state import HandleState
 from .offload import OffloadedCall
 from .step import _Step
 
 
-class BlockCalls:
+class BlockCalls(HandleState):
     """AutoCheckpoint's part for one block call (see auto.py for the state it shares)."""
 
     def _block_forward(
@@ -212,7 +213,7 @@ class BlockCalls:
             # Keyword arguments travel as positional inputs: torch's checkpoint finds the devices
             # whose RNG it must preserve (dropout on CUDA) among its positional arguments only,
             # and its own keywords (debug, context_fn, ...) must not capture a block's.
-            extra = {} if context_fn is None else {"context_fn": context_fn}
+            extra: dict[str, Any] = {} if context_fn is None else {"context_fn": context_fn}
             out = checkpoint(
                 region,
                 *args,

@@ -150,5 +150,5 @@ class BufferReplay:
             with _disable_current_modes():
                 for (m, name), (tensor, value) in current.items():
                     m._buffers[name] = tensor
-                    if tensor is not None:
+                    if tensor is not None and value is not None:
                         tensor.data.copy_(value)

@@ -16,11 +16,12 @@ from .._runtime import _signature, _tensors
 from ..planning.tune import tuning_candidates
 from .contexts import plan_contexts
 from .execution import Execution
+from .handle_state import HandleState
 from .sequential import plan
 from .tuning import OnlineTuning
 
 
-class ChainMode:
+class ChainMode(HandleState):
     """AutoCheckpoint's part for a stock nn.Sequential (see auto.py for the state it shares)."""
 
     def _chain_forward(self, container: nn.Module, original: Callable[..., Any], input: Any) -> Any:

@@ -19,7 +19,9 @@ def region_context(
     if entry is None or not entry.cached:
         return None
     first = plan.regions[region][0]
-    op_profile, _ = plan.profile.selective[first]
+    selective = plan.profile.selective[first]
+    assert selective is not None  # the region's entry comes from this layer's menu
+    op_profile, _ = selective
     return context_fn(op_profile, entry, plan.profile.layers[first].name, warn)
 
 

@@ -51,7 +51,9 @@ class Execution:
                 h = self.functions[layer](h)
                 layer += 1
                 continue
-            extra = {"context_fn": self.contexts[inner]} if inner in self.contexts else {}
+            extra: dict[str, Any] = (
+                {"context_fn": self.contexts[inner]} if inner in self.contexts else {}
+            )
             replay = None if torch.compiler.is_compiling() else self._replay(inner)
             h = checkpoint(
                 functools.partial(self._region, inner, replay),

@@ -24,10 +24,11 @@ from ..planning.planner import budget_named, plan_profile
 from ..snapshots import CallSnapshot
 from ..types import Plan, Profile
 from .contexts import region_context
+from .handle_state import HandleState
 from .step import _BlockPlan, _Step
 
 
-class FirstStep:
+class FirstStep(HandleState):
     """AutoCheckpoint's part that measures a step and plans from it (see auto.py for the state
     it shares)."""
 
@@ -156,8 +157,9 @@ class FirstStep:
                 for depth in range(len(parts)):  # every module above the block
                     callers.add(type(named[".".join(parts[:depth])]))
         for kind in callers:
-            code = getattr(getattr(kind, "forward", None), "__code__", None)
-            if code is not None and kind.forward is not nn.Module.forward:
+            forward = getattr(kind, "forward", None)
+            code = getattr(forward, "__code__", None)
+            if code is not None and forward is not nn.Module.forward:
                 reset_code(code)
 
     def _make_block_plan(

@@ -287,7 +287,7 @@ def _with_step_figures(result: Measurement, step_budget: StepBudget, state: int)
 
 def _optimizer_step(
     optimizer: torch.optim.Optimizer,
-    parameters: list[torch.Tensor],
+    parameters: Sequence[torch.Tensor],
     grads: Any,
     segments: StepSegments,
 ) -> tuple[int, Callable[[], None]]:

@@ -75,8 +75,17 @@ class _Stored:
     """One storage a call saved: on the device; then, when moved, on the host until it is
     copied back."""
 
-    __slots__ = ("device", "resident", "moved", "host", "back", "streams", "out_event")
-    __slots__ += ("in_event", "__weakref__")
+    __slots__ = (
+        "device",
+        "resident",
+        "moved",
+        "host",
+        "back",
+        "streams",
+        "out_event",
+        "in_event",
+        "__weakref__",
+    )
 
     def __init__(self, tensor: torch.Tensor) -> None:
         self.device = tensor.device

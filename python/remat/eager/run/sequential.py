@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 import weakref
 from collections import OrderedDict
@@ -23,6 +24,11 @@ from .execution import Execution
 from .tuning import tune_plan
 
 
+def _held(function: Any) -> Any:
+    """A strong reference read as a weak one (a function that cannot be weakly referenced)."""
+    return function
+
+
 class _PlanCache:
     """Plans by (the functions, the input's shapes and dtypes, the budget). An entry holds weak
     references to the functions, so a recycled id() never returns a stale plan."""
@@ -32,13 +38,13 @@ class _PlanCache:
         self._capacity = capacity
 
     @staticmethod
-    def _refs(functions: Sequence[Any]) -> list[Any]:
-        refs = []
+    def _refs(functions: Sequence[Any]) -> list[Callable[[], Any]]:
+        refs: list[Callable[[], Any]] = []
         for f in functions:
             try:
                 refs.append(weakref.ref(f))
             except TypeError:
-                refs.append(lambda f=f: f)  # not weak-referenceable: held (and so stays valid)
+                refs.append(functools.partial(_held, f))  # not weak-referenceable: held
         return refs
 
     def get(self, key: Any, functions: Sequence[Any]) -> Plan | None:
@@ -130,7 +136,7 @@ def checkpoint_sequential(
             input = function(input)
         return input
     budget = parse_bytes(activation_budget, "activation_budget")
-    key = (
+    key: Any = (
         tuple(id(f) for f in functions),
         _signature(input),
         budget,

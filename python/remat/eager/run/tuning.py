@@ -97,11 +97,11 @@ def _time_step(
     functions: Sequence[Callable[[Any], Any]],
     regions: Sequence[tuple[int, int, int]],
     input: Any,
-    parameters: list[torch.Tensor],
+    parameters: Sequence[torch.Tensor],
     contexts: dict[int, Callable[[], Any]] | None = None,
 ) -> float:
     x = _detached(input)
-    inputs = parameters + [t for t in _tensors(x) if t.requires_grad]
+    inputs = [*parameters, *(t for t in _tensors(x) if t.requires_grad)]
     now = clock()
     _synchronize(x)
     start = now()
