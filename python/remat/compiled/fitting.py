@@ -100,7 +100,8 @@ def fit(
     Args:
         model: the model (or any callable) to compile.
         *example_inputs: its positional arguments.
-        memory_budget: the step's peak as measured, in bytes or with a unit.
+        memory_budget: the step's peak as measured beyond what it holds when it begins
+            (parameters, inputs and optimizer state are not counted), in bytes or with a unit.
         backend: torch.compile's backend.
         loss: turns the output into the loss (default: the sum of its tensors that need
             gradients).
