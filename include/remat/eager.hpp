@@ -117,6 +117,11 @@ std::int64_t default_slots(std::size_t layers);
 // backward (done).
 enum class StepPartKind { pre, forward, after, backward, before, done };
 
+// Whether a part of this kind belongs to one layer (its `call`): all but pre and done.
+constexpr bool has_call(StepPartKind kind) {
+  return kind != StepPartKind::pre && kind != StepPartKind::done;
+}
+
 struct StepPart {
   StepPartKind kind = StepPartKind::pre;
   std::int64_t call = 0;          // the layer (unused for pre and done)

@@ -34,14 +34,15 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from .saved_memory import storage_of
+
 
 def _storages(value: Any) -> list[torch.UntypedStorage]:
     found = []
     for item in tree_flatten(value)[0]:
         if isinstance(item, torch.Tensor):
-            local = getattr(item, "_local_tensor", None)  # a DTensor holds its shard's storage
             try:
-                found.append((local if isinstance(local, torch.Tensor) else item).untyped_storage())
+                found.append(storage_of(item))  # a DTensor's: its local shard's
             except (RuntimeError, NotImplementedError):  # a tensor without storage
                 continue
     return found

@@ -181,8 +181,7 @@ void validate(const Profile& profile, const StepFigures& figures) {
   for (std::size_t i = 0; i < figures.parts.size(); ++i) {
     const StepPart& part = figures.parts[i];
     bytes(part.beside_bytes, "step.parts", i);
-    const bool has_call = part.kind != StepPartKind::pre && part.kind != StepPartKind::done;
-    if (has_call && (part.call < 0 || part.call >= layers)) {
+    if (has_call(part.kind) && (part.call < 0 || part.call >= layers)) {
       throw InputError("step.parts", i,
                        "call " + text::integer(part.call) +
                            " is not a layer of the profile (0 to " + text::integer(layers - 1) +

@@ -274,8 +274,10 @@ chain::ChainProfile read_profile(std::string_view text) {
   return profile;
 }
 
-eager::Profile read_eager_profile(std::string_view text) {
-  const auto [root, layer_array] = profile_document(text);
+namespace {
+
+// The eager profile of a parsed document (its layers moved out of `root`, see profile_document).
+eager::Profile eager_profile_of(const json& root, const json& layer_array) {
   const json* layers = &layer_array;
   if (looks_like_chain_profile(*layers)) {
     throw InputError("input", std::nullopt,
@@ -340,6 +342,13 @@ eager::Profile read_eager_profile(std::string_view text) {
   return profile;
 }
 
+}  // namespace
+
+eager::Profile read_eager_profile(std::string_view text) {
+  const auto [root, layers] = profile_document(text);
+  return eager_profile_of(root, layers);
+}
+
 namespace {
 
 eager::StepPartKind step_part_kind(const json& value, std::size_t index) {
@@ -382,9 +391,7 @@ eager::StepFigures read_step(const json& step) {
     eager::StepPart parsed;
     parsed.kind = step_part_kind(part["part"], i);
     parsed.beside_bytes = byte_count(part["beside_bytes"], "step.parts", i, "beside_bytes");
-    const bool has_call =
-        parsed.kind != eager::StepPartKind::pre && parsed.kind != eager::StepPartKind::done;
-    if (has_call) {
+    if (eager::has_call(parsed.kind)) {
       if (!part.contains("call")) throw InputError("step.parts", i, "call is missing");
       parsed.call = whole_count(part["call"], "step.parts", i, "call", "");
     }
@@ -396,8 +403,8 @@ eager::StepFigures read_step(const json& step) {
 }  // namespace
 
 EagerInput read_eager_input(std::string_view text) {
-  EagerInput input{read_eager_profile(text), std::nullopt};
-  const json root = parse_document(text);
+  const auto [root, layers] = profile_document(text);
+  EagerInput input{eager_profile_of(root, layers), std::nullopt};
   if (const auto step = root.find("step"); step != root.end()) {
     input.step = read_step(*step);
     eager::validate(input.profile, *input.step);

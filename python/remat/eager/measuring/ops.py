@@ -229,13 +229,12 @@ class ModesCache:
         ops = tuple((op.name, op.new_bytes, op.cacheable) for op in profile.ops)
         key = (classes, _signature((args, kwargs), ints=True), ops, profile.last_needed)
         names = (classes, tuple((op.name, op.cacheable) for op in profile.ops), profile.last_needed)
-        timed = forward_seconds is not None
         if self.shortcuts and key in self._found:
             found = self._found[key]
         elif self.shortcuts and forward_seconds is not None and names in self._overheads:
             found = self._rebased(self._overheads[names], forward_seconds)
         else:
-            weighed = self.shortcuts and timed and not profile.on_cuda
+            weighed = self.shortcuts and forward_seconds is not None and not profile.on_cuda
             args, kwargs = _detached(args), _detached(kwargs)
             plain = forward_seconds
             if weighed:

@@ -71,7 +71,9 @@ class Measurement:
     least_budget_bytes: int | None = None
     no_checkpoint_step_bytes: int | None = None
     measured_step_bytes: int | None = None
-    step_figures: StepFigures | None = None  # what plans to the step's peak (see to_json)
+    # What plans to the step's peak (see to_json); its start_bytes is what a later step begins
+    # holding, the optimizer's state included, not what the measured step held.
+    step_figures: StepFigures | None = None
 
     @property
     def least_offload_budget_bytes(self) -> int:
