@@ -25,6 +25,7 @@ from .compiled import BudgetNotMet, BudgetTooSmall, fit, tradeoff
 from .compiled.solver import use
 from .eager import (
     AutoCheckpoint,
+    CheckpointOptions,
     Measurement,
     Plan,
     Profile,
@@ -52,6 +53,7 @@ __all__ = [
     "AutoCheckpoint",
     "BudgetNotMet",
     "BudgetTooSmall",
+    "CheckpointOptions",
     "Measurement",
     "Plan",
     "Profile",

@@ -335,7 +335,7 @@ def test_auto_checkpoint_passes_granularity_on(monkeypatch):
         for fraction in (0.6, 0.35, 0.15):
             budget = least + int(fraction * (everything - least))
             handle = rt.auto_checkpoint(model, activation_budget=budget, granularity=granularity)
-            assert handle.granularity == granularity
+            assert handle.options.granularity == granularity
             models.loss(model(tokens)).backward()
             count += len(plan_contexts(handle.plan))
             handle.remove()

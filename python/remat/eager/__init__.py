@@ -26,6 +26,7 @@ from .planning.offload import plan_offload
 from .planning.planner import plan_profile
 from .run.auto import AutoCheckpoint, auto_checkpoint
 from .run.measurement import Measurement, measure
+from .run.options import CheckpointOptions
 from .run.sequential import checkpoint_sequential, plan, run_plan
 from .types import Plan, Profile
 
@@ -38,6 +39,7 @@ from .types import LayerProfile, Region  # noqa: F401
 # The entry points and the data they return.
 __all__ = [
     "AutoCheckpoint",
+    "CheckpointOptions",
     "Measurement",
     "Plan",
     "Profile",

@@ -87,7 +87,7 @@ def enable(
         memory_budget: the peak of the whole training step on the device, in bytes or with
             a unit, or "auto" on CUDA. Give ``activation_budget=`` instead (among the
             options) to bound the blocks' saved activations alone.
-        **options: :func:`remat.torch.auto_checkpoint`'s, except ``blocks``.
+        **options: the options of :class:`remat.torch.CheckpointOptions`, except ``blocks``.
 
     Returns:
         The auto_checkpoint handle; ``handle.remove()`` undoes it.

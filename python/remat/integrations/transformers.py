@@ -78,8 +78,9 @@ def enable(
         memory_budget: the peak of the whole training step on the device, in bytes or with
             a unit ("8GiB"), or "auto" on CUDA. Give ``activation_budget=`` instead (among
             the options) to bound the layers' saved activations alone.
-        **options: :func:`remat.torch.auto_checkpoint`'s (``granularity``, ``plan_group``,
-            ...), except ``blocks``, which this finds.
+        **options: the options of :class:`remat.torch.CheckpointOptions` (``optimizer``,
+            ``granularity``, ``plan_group``, ``offload``, ...), except ``blocks``, which this
+            finds.
 
     Returns:
         The auto_checkpoint handle; ``handle.remove()`` undoes it.

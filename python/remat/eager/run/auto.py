@@ -25,7 +25,7 @@ import pathlib
 import sys
 import warnings
 from types import FrameType
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -36,12 +36,11 @@ from ...units import parse_bytes
 from .._runtime import _PreservedState, _signature, _tensors, clock, in_backward, run_context
 from ..blocks import Blocks, find_blocks
 from ..measuring.ops import ModesCache
-from ..planning.offload import OffloadSettings
-from ..planning.planner import check_planner_options
 from ..types import Plan, Profile
 from .block_calls import BlockCalls
 from .chain_mode import ChainMode
 from .first_step import FirstStep
+from .options import CheckpointOptions
 from .step import _BlockPlan, _OutsideSaves, _PendingBackward, _Step
 from .step_budget import StepBudget
 from .tuning import OnlineTuning
@@ -68,17 +67,12 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
         self,
         model: nn.Module,
         blocks: Blocks,
-        activation_budget: int | None,
-        slots: int | None,
-        tune: bool,
-        microbatches_in_flight: int = 1,
-        plan_group: Any = None,
-        granularity: str = "op",
-        measuring: bool = False,
-        offload: OffloadSettings | None = None,
+        options: CheckpointOptions,
+        *,
+        activation_budget: int | None = None,
         step_budget: StepBudget | None = None,
+        measuring: bool = False,
     ) -> None:
-        _distributed.active(plan_group)  # checks its value
         if (activation_budget is None) == (step_budget is None):
             raise ValueError("give exactly one of memory_budget and activation_budget")
         if blocks.chain is None:  # block calls are measured inside their regions
@@ -87,23 +81,13 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
         # every block as its own region, so it holds one block's activations at a time.
         self._measuring = measuring
         self._forward_only = False
-        if granularity not in ("op", "block"):
-            raise ValueError(f"granularity: expected 'op' or 'block', got {granularity!r}")
-        self.granularity = granularity
-        offload = offload or OffloadSettings()
-        if offload.mode is not False and blocks.chain is not None:
+        if options.offload.mode is not False and blocks.chain is not None:
             raise ValueError(
                 f"offload: {blocks.path} is a stock nn.Sequential, planned as one chain of nested "
                 "regions, which offload plans do not cover; pass its blocks as a list "
                 f"(blocks=list({blocks.path})) to plan them one call at a time"
             )
-        if offload.mode is not False and microbatches_in_flight != 1:
-            raise ValueError(
-                "offload: plans for a pipeline stage (microbatches_in_flight > 1) do not offload"
-            )
-        self.offload = offload
-        self.microbatches_in_flight = microbatches_in_flight
-        self.plan_group = plan_group
+        self.options = options
         self.model = model
         self.blocks = blocks
         self.activation_budget = activation_budget
@@ -111,8 +95,6 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
         if step_budget is not None:
             step_budget.warn = self._warn
         self._start_bytes: int | None = None  # what the step under way held as it began
-        self.slots = slots
-        self.tune = tune
         self.plans: dict[Any, Plan] = {}
         self.plan: Plan | None = None
         self.warnings: list[str] = []
@@ -266,12 +248,12 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
             self._start_bytes = self.step_budget.start_bytes(device, (args, kwargs))
             # Planned again from the kept profile: its step's figures are in (the step that
             # measured has ended), or this step begins holding more than its plan assumed.
-            if _distributed.active(self.plan_group):
+            if _distributed.active(self.options.plan_group):
                 # `known` (every rank has profiled its inputs) holds at every later step: plan
                 # when there is no plan yet, or when the ranks agree to plan again.
                 profiled = key in self._profiles
                 again = self.step_budget.plan_again_together(
-                    key, profiled, found is not None, self._start_bytes, self.plan_group
+                    key, profiled, found is not None, self._start_bytes, self.options.plan_group
                 )
                 known = known and found is None or again
             else:
@@ -292,7 +274,7 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
         if found is None:
             if self.blocks.chain is None:  # a chain measures and plans when it is called
                 self._step.outside = _OutsideSaves(lambda: self._inside > 0).__enter__()
-            if _distributed.active(self.plan_group):
+            if _distributed.active(self.options.plan_group):
                 # Ranks record and measure every layer, step after step (see ModesCache).
                 self._step.modes = ModesCache(shortcuts=False)
             else:
@@ -310,7 +292,7 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
         ended = self.step_budget.close(profiles)
         if ended is None or not ended[1]:
             return
-        if _distributed.active(self.plan_group):  # its plan is kept under every rank's keys
+        if _distributed.active(self.options.plan_group):  # its plan is kept under every rank's keys
             self.step_budget.plan_again_later(ended[0])
         else:
             self._block_plans.pop(ended[0], None)  # planned again from its profile
@@ -320,10 +302,10 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
         Alone, its own key. In a process group, every rank's key, agreed on at each step: each
         rank looks up, measures and plans in the same steps (or one would wait alone in the
         profile's agreement), and all follow the plan made for that combination."""
-        if not _distributed.active(self.plan_group):
+        if not _distributed.active(self.options.plan_group):
             return key, False
         number = self._key_numbers.setdefault(key, len(self._key_numbers))
-        numbers, every_rank_knows = _distributed.step_inputs(number, known, self.plan_group)
+        numbers, every_rank_knows = _distributed.step_inputs(number, known, self.options.plan_group)
         return ("ranks", numbers), every_rank_knows
 
     @torch.compiler.disable  # bookkeeping and planning: never traced
@@ -354,7 +336,7 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
             self._check_region_inputs(step)
         if step.plan is None:
             self._plan_step(step)
-        elif step.outgrew_plan and not _distributed.active(self.plan_group):
+        elif step.outgrew_plan and not _distributed.active(self.options.plan_group):
             calls = len(self._block_plans[step.plan_key].calls)
             del self._block_plans[step.plan_key]
             self._warn(
@@ -392,19 +374,7 @@ def auto_checkpoint(
     *,
     memory_budget: int | float | str | None = None,
     activation_budget: int | float | str | None = None,
-    optimizer: torch.optim.Optimizer | None = None,
-    blocks: str | nn.Module | Sequence[nn.Module] | None = None,
-    slots: int | None = None,
-    tune: bool = True,
-    example_inputs: tuple[Any, ...] | None = None,
-    example_kwargs: dict[str, Any] | None = None,
-    verbose: bool = False,
-    microbatches_in_flight: int = 1,
-    plan_group: Any = None,
-    granularity: str = "op",
-    offload: bool | str = False,
-    host_budget: int | float | str | None = None,
-    offload_bandwidth: int | float | str | None = None,
+    **options: Any,
 ) -> AutoCheckpoint:
     """Makes every training step of `model` follow a checkpoint plan for `memory_budget`.
 
@@ -426,40 +396,16 @@ def auto_checkpoint(
             warned about and planned away).
         activation_budget: the peak of the blocks' saved activations alone, in bytes or with
             a unit.
-        optimizer: the optimizer that steps the model (None: found at its first step), whose
-            state is counted in ``memory_budget``.
-        blocks: a dotted path ("layers", "model.encoder.layer"), a container, or a list of
-            modules; by default the model's repeated blocks (see
-            :func:`remat.eager.find_blocks`). ``handle.blocks`` says which were chosen (logged
-            on the "remat" logger at INFO).
-        slots: the planner's memory resolution (None: exact).
-        tune: time the candidate plans of a stock ``nn.Sequential`` and keep the fastest.
-        example_inputs: positional arguments of one forward pass measured now, so that a budget
-            below the least feasible one raises here rather than at the first step.
-        example_kwargs: keyword arguments of that forward pass.
-        verbose: print which blocks were chosen.
-        microbatches_in_flight: for a pipeline stage whose schedule keeps that many
-            microbatches' activations at once (1F1B: up to the number of stages), the budget is
-            the stage's peak over all of them.
-        plan_group: under an initialized process group, the ranks that plan from one agreed
-            profile and check their plans equal (None: all ranks; a ProcessGroup; "local":
-            this rank alone). See :mod:`remat._distributed`.
-        granularity: "op" (the default) also considers selective checkpointing of single
-            blocks, torch's SAC keeping the outputs of the ops the planner picks; "block" plans
-            whole-block regions only.
-        offload: whether a block's saved activations may also go to host memory after its
-            forward and come back, prefetched, before its backward (docs/offload.md). False
-            (the default): keep or recompute only. "auto": where the blocks run on CUDA and
-            the copies are predicted to cost less than the re-runs they replace. True: on any
-            device (on the CPU the "host" copy is another host tensor: for testing).
-        host_budget: host bytes for offloaded activations (None: any), in bytes or with a unit.
-        offload_bandwidth: copy bytes per second each way ("25GB/s"); None: measured once per
-            process on the blocks' device.
+        **options: the options of :class:`CheckpointOptions`, as keywords: ``optimizer``,
+            ``blocks``, ``slots``, ``tune``, ``example_inputs``, ``example_kwargs``,
+            ``verbose``, ``microbatches_in_flight``, ``plan_group``, ``granularity``, and the
+            offload settings ``offload``, ``host_budget`` and ``offload_bandwidth``.
 
     Returns:
         The handle: its ``plan``, ``plans``, ``blocks`` and ``warnings``, and ``remove()``.
 
     Raises:
+        TypeError: an unknown option, or not exactly one budget.
         remat.InputError: the budget is below the least any plan reaches (stating it), with
             example inputs here, otherwise at the first training step.
 
@@ -470,49 +416,38 @@ def auto_checkpoint(
         print(handle.plan)
         ```
     """
-    if example_inputs is not None and not isinstance(example_inputs, (tuple, list)):
-        raise TypeError(
-            "example_inputs: expected a tuple of the model's positional arguments, got "
-            f"{type(example_inputs).__name__} (write example_inputs=(x,))"
-        )
-    if example_kwargs is not None and not isinstance(example_kwargs, dict):
-        raise TypeError(
-            "example_kwargs: expected a dict of keyword arguments, got "
-            f"{type(example_kwargs).__name__}"
-        )
     if (memory_budget is None) == (activation_budget is None):
         raise TypeError(
             "auto_checkpoint: give exactly one of memory_budget= (the whole step's peak on the "
             "device) and activation_budget= (the blocks' saved activations)"
         )
-    check_planner_options(slots, microbatches_in_flight)  # not only at the first step
-    offloading = OffloadSettings.of(offload, host_budget, offload_bandwidth)
-    chosen = find_blocks(model, blocks)
+    chosen_options = CheckpointOptions.of(**options)
+    return _install(model, memory_budget, activation_budget, chosen_options)
+
+
+def _install(
+    model: nn.Module,
+    memory_budget: int | float | str | None,
+    activation_budget: int | float | str | None,
+    options: CheckpointOptions,
+) -> AutoCheckpoint:
+    chosen = find_blocks(model, options.blocks)
     step_budget = None
     budget = None
     if memory_budget is not None:
-        chosen = _for_step_budget(chosen, memory_budget, plan_group, microbatches_in_flight)
-        step_budget = StepBudget(_step_budget_of(memory_budget), model, optimizer)
+        chosen = _for_step_budget(chosen, options.microbatches_in_flight)
+        step_budget = StepBudget(_step_budget_of(memory_budget), model, options.optimizer)
     else:
         assert activation_budget is not None  # exactly one budget was checked above
         budget = parse_bytes(activation_budget)
     _log.info("auto_checkpoint: blocks %s", chosen.describe())
-    if verbose:
+    if options.verbose:
         print(f"remat.auto_checkpoint: blocks {chosen.describe()}")
     handle = AutoCheckpoint(
-        model,
-        chosen,
-        budget,
-        slots,
-        tune,
-        microbatches_in_flight,
-        plan_group,
-        granularity,
-        offload=offloading,
-        step_budget=step_budget,
+        model, chosen, options, activation_budget=budget, step_budget=step_budget
     )
-    if example_inputs is not None or example_kwargs is not None:
-        example = (tuple(example_inputs or ()), example_kwargs or {})
+    if options.example_inputs is not None or options.example_kwargs is not None:
+        example = (tuple(options.example_inputs or ()), options.example_kwargs or {})
         try:
             if step_budget is not None:
                 _measure_step(handle, *example)
@@ -538,9 +473,7 @@ def _step_budget_of(memory_budget: int | float | str) -> int | str:
     return parse_bytes(memory_budget)
 
 
-def _for_step_budget(
-    chosen: Blocks, memory_budget: Any, plan_group: Any, microbatches_in_flight: int
-) -> Blocks:
+def _for_step_budget(chosen: Blocks, microbatches_in_flight: int) -> Blocks:
     """The blocks as a budget on the step's peak plans them: call by call."""
     if microbatches_in_flight != 1:
         raise ValueError(

@@ -42,20 +42,20 @@ class ChainMode(HandleState):
         plan_key, _ = self._plan_key(key, False)
         found = self._chain_plans.get(plan_key)
         if found is None:
-            online = self.tune and self._tunes_online()
+            online = self.options.tune and self._tunes_online()
             self._inside += 1
             try:
                 found = plan(
                     functions,
                     input,
                     activation_budget=self.activation_budget,
-                    slots=self.slots,
-                    tune=self.tune and not online,
+                    slots=self.options.slots,
+                    tune=self.options.tune and not online,
                     exclude=[self.model],
                     names=list(self.blocks.names),
-                    microbatches_in_flight=self.microbatches_in_flight,
-                    plan_group=self.plan_group,
-                    granularity=self.granularity,
+                    microbatches_in_flight=self.options.microbatches_in_flight,
+                    plan_group=self.options.plan_group,
+                    granularity=self.options.granularity,
                 )
             finally:
                 self._inside -= 1
@@ -89,8 +89,8 @@ class ChainMode(HandleState):
         tuned at all, see tuning.tune_plan)."""
         return (
             not self._measuring
-            and self.microbatches_in_flight == 1
-            and not _distributed.active(self.plan_group)
+            and self.options.microbatches_in_flight == 1
+            and not _distributed.active(self.options.plan_group)
             and not any(has_fsdp_modules(m) for m in self.blocks.modules)
         )
 

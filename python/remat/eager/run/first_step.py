@@ -50,7 +50,7 @@ class FirstStep(HandleState):
         name = self._name(module)
         modes = step.modes
         assert modes is not None  # a measuring step
-        kind = modes.kind(module, signature) if self.granularity == "op" else None
+        kind = modes.kind(module, signature) if self.options.granularity == "op" else None
         # Measured inside the region that trains it: one forward, whose saves are noted on
         # their way to the checkpoint. At op level, a block of a new kind records its ops in
         # that forward until the modes' per-op cost is known (see ModesCache.records); its
@@ -130,7 +130,7 @@ class FirstStep(HandleState):
             (c.module, c.signature, moved)
             for c, moved in zip(step.calls, moved_input_positions(step.calls, held))
         )
-        if _distributed.active(self.plan_group) or self.step_budget is not None:
+        if _distributed.active(self.options.plan_group) or self.step_budget is not None:
             self._profiles[step.key] = (profile, calls)
         self._make_block_plan(step.plan_key, step.key, profile, calls)
         self._let_torch_compile_trace_the_blocks_callers()
@@ -175,34 +175,34 @@ class FirstStep(HandleState):
         budget = self.activation_budget or 0
         if self.step_budget is not None and not self.step_budget.auto:
             budget = int(self.step_budget.memory_budget)
-        profile = agree_on_profile(profile, budget, self.plan_group)
-        offload = self.offload.for_device(self._device, self.plan_group)
+        profile = agree_on_profile(profile, budget, self.options.plan_group)
+        offload = self.options.offload.for_device(self._device, self.options.plan_group)
 
         def make_plan(activation_budget: int) -> Plan:
             if offload is None:
                 return plan_profile(
                     profile,
                     activation_budget,
-                    slots=self.slots,
-                    microbatches_in_flight=self.microbatches_in_flight,
+                    slots=self.options.slots,
+                    microbatches_in_flight=self.options.microbatches_in_flight,
                 )
             return plan_with_offload(
                 profile,
                 activation_budget,
                 bandwidth=offload,
-                host_budget=self.offload.host_budget,
-                slots=self.slots,
+                host_budget=self.options.offload.host_budget,
+                slots=self.options.slots,
             )
 
         if self.step_budget is not None:
-            made = self.step_budget.plan(key, make_plan, self._start_bytes, self.plan_group)
+            made = self.step_budget.plan(key, make_plan, self._start_bytes, self.options.plan_group)
         else:
             assert self.activation_budget is not None
             with budget_named("activation_budget"):
                 made = make_plan(self.activation_budget)
         _distributed.verify_same_plan(
             (made.regions, made.options, made.offloaded, made.inputs_offloaded),
-            group=self.plan_group,
+            group=self.options.plan_group,
         )
         regions = {
             first: region_context(made, index, self._warn)

@@ -16,9 +16,9 @@ from torch import nn
 
 from ..blocks import Blocks
 from ..measuring.ops import ModesCache
-from ..planning.offload import OffloadSettings
 from ..types import Plan, Profile
 from .execution import Execution
+from .options import CheckpointOptions
 from .step import _BlockPlan, _PendingBackward, _Step
 from .step_budget import StepBudget
 from .tuning import OnlineTuning
@@ -30,12 +30,7 @@ class HandleState:
     blocks: Blocks
     activation_budget: int | None  # None: planned for step_budget
     step_budget: StepBudget | None  # None: planned for activation_budget
-    slots: int | None
-    tune: bool
-    microbatches_in_flight: int
-    plan_group: Any
-    granularity: str  # "op" or "block"
-    offload: OffloadSettings
+    options: CheckpointOptions  # slots, tuning, plan group, granularity, offload settings
     warn_on_dropped_caches: bool
     _measuring: bool  # measure()'s handle: every block its own region, then undone
 

@@ -21,6 +21,7 @@ from ..planning.planner import plan_profile
 from ..planning.step_budget import StepFigures, figures_json, least_step_peak, predicted_step
 from ..types import Plan, Profile
 from .auto import AutoCheckpoint, _default_loss
+from .options import CheckpointOptions
 from .step_budget import StepBudget
 
 
@@ -190,12 +191,10 @@ def measure(
     handle = AutoCheckpoint(
         model,
         chosen,
-        None if by_parts else 2**60,
-        None,
-        False,
-        plan_group=plan_group,
-        measuring=True,
+        CheckpointOptions(tune=False, plan_group=plan_group),
+        activation_budget=None if by_parts else 2**60,
         step_budget=step_budget,
+        measuring=True,
     )
     # Measuring drops a cache passed to the blocks as a training step does, but the user's
     # training is not affected: auto_checkpoint or enable() says what it does there.
