@@ -14,7 +14,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 import models  # noqa: E402
 from remat.eager.measuring import chain as measure_chain  # noqa: E402
 from remat.eager.measuring import ops as measure_ops  # noqa: E402
-from remat.eager.run import first_step  # noqa: E402
+from remat.eager.run import block_planner, recorder  # noqa: E402
 
 
 def layer_and_input(name: str):
@@ -68,24 +68,24 @@ def _flop_like_op_times(monkeypatch) -> None:
 
     monkeypatch.setattr(measure_ops, "profile_ops", profile_ops)
     monkeypatch.setattr(measure_chain, "measure_with_ops", measure_with_ops)
-    recorded_ops, recorded_profile = measure_ops.record_ops, first_step.recorded_profile
+    recorded_ops, recorded_profile = measure_ops.record_ops, recorder.recorded_profile
     monkeypatch.setattr(measure_ops, "record_ops", lambda *a, **k: flop_like(recorded_ops(*a, **k)))
     monkeypatch.setattr(
-        first_step, "recorded_profile", lambda *a, **k: flop_like(recorded_profile(*a, **k))
+        recorder, "recorded_profile", lambda *a, **k: flop_like(recorded_profile(*a, **k))
     )
     monkeypatch.setattr(measure_ops.ModesCache, "complete", without_modes_cost)
     # The fixed cost of a region too: on these tiny blocks it is comparable to a block's forward,
     # and its noise alone can flip the plan between selective and whole regions.
-    monkeypatch.setattr(first_step, "_region_overhead", lambda *args: 0.0)
+    monkeypatch.setattr(block_planner, "_region_overhead", lambda *args: 0.0)
     monkeypatch.setattr(measure_chain, "_region_overhead", lambda *args: 0.0)
     measure = measure_chain.measure_call
 
     def measure_call(*args, **kwargs):
         return dataclasses.replace(measure(*args, **kwargs), forward_seconds=1e-3)
 
-    class CallWatch(first_step.CallWatch):
+    class CallWatch(recorder.CallWatch):
         def measurement(self, out, seconds):
             return super().measurement(out, 1e-3)
 
     monkeypatch.setattr(measure_chain, "measure_call", measure_call)
-    monkeypatch.setattr(first_step, "CallWatch", CallWatch)
+    monkeypatch.setattr(recorder, "CallWatch", CallWatch)

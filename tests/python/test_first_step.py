@@ -14,7 +14,7 @@ import remat.torch as rt
 from remat.eager.measuring import ops as measure_ops
 from remat.eager.measuring.calls import CallMeasurement, measure_call
 from remat.eager.measuring.menu import with_menus
-from remat.eager.run import first_step, tuning
+from remat.eager.run import recorder, tuning
 from remat.eager.types import LayerProfile, Profile
 
 
@@ -74,7 +74,7 @@ def test_blocks_of_one_kind_are_recorded_and_their_modes_measured_once(monkeypat
     model = copy.deepcopy(plain)
     x = torch.randn(8, 16, 32)
     modes = _counting(monkeypatch, measure_ops, "measure_modes")
-    recorded = _counting(monkeypatch, first_step, "op_recorder")
+    recorded = _counting(monkeypatch, recorder, "op_recorder")
     recorded_later = _counting(monkeypatch, measure_ops, "record_ops")
     measured = rt.measure(copy.deepcopy(model), x, blocks="layers", verbose=False)
     modes[0] = recorded[0] = recorded_later[0] = 0
@@ -316,7 +316,7 @@ def test_a_chain_is_tuned_on_the_steps_after_the_first_and_each_step_is_exact(mo
     (plan,) = handle.plans.values()
     labels = [label for label, _ in plan.timings]
     assert "planner" in labels and len(labels) >= 2, plan.timings
-    assert plan.choice in labels and not handle._tunings
+    assert plan.choice in labels and not handle.chain.tunings
     assert handle.plan == plan
     for measured_peak, predicted in peaks[1:]:  # every candidate a step ran fits
         assert measured_peak <= predicted <= measured.no_checkpoint_bytes - 1

@@ -219,55 +219,75 @@ def test_no_source_file_over_600_lines():
     assert not over, "over 600 lines: " + ", ".join(over)
 
 
-# --- the auto_checkpoint handle's parts share only declared state ------------------------------
+# --- the auto_checkpoint handle is composed of parts, each with its own declared state ---------
 
 RUN = PACKAGE / "eager" / "run"
-PARTS = {"block_calls.py": "BlockCalls", "first_step.py": "FirstStep", "chain_mode.py": "ChainMode"}
 
 
-def _self_attributes(path: pathlib.Path, cls: str) -> set[str]:
-    """The `self.x` names class `cls` in `path` reads or writes."""
-    tree = ast.parse(path.read_text())
-    found = set()
-    for node in ast.walk(next(n for n in tree.body if getattr(n, "name", None) == cls)):
-        if (
-            isinstance(node, ast.Attribute)
-            and isinstance(node.value, ast.Name)
-            and node.value.id == "self"
-        ):
-            found.add(node.attr)
-    return found
+def _classes(path: pathlib.Path) -> list[ast.ClassDef]:
+    return [n for n in ast.parse(path.read_text()).body if isinstance(n, ast.ClassDef)]
 
 
-def _declared() -> set[str]:
-    tree = ast.parse((RUN / "handle_state.py").read_text())
-    state = next(n for n in tree.body if getattr(n, "name", None) == "HandleState")
-    names = {n.target.id for n in state.body if isinstance(n, ast.AnnAssign)}
-    return names | {n.name for n in state.body if isinstance(n, ast.FunctionDef)}
+def _package_classes() -> set[str]:
+    return {c.name for path in PACKAGE.rglob("*.py") for c in _classes(path)}
 
 
-def test_the_handles_parts_use_only_the_declared_state():
-    declared = _declared()
-    for file, cls in PARTS.items():
-        own = {
-            n.name
-            for n in ast.walk(ast.parse((RUN / file).read_text()))
-            if isinstance(n, ast.FunctionDef)
-        }
-        used = _self_attributes(RUN / file, cls)
-        assert used <= declared | own, f"{cls} uses undeclared {sorted(used - declared - own)}"
-
-
-def test_the_handle_sets_every_declared_attribute_in_its_init():
-    tree = ast.parse((RUN / "handle_state.py").read_text())
-    state = next(n for n in tree.body if getattr(n, "name", None) == "HandleState")
-    attributes = {n.target.id for n in state.body if isinstance(n, ast.AnnAssign)}
-    auto = ast.parse((RUN / "auto.py").read_text())
-    handle = next(n for n in auto.body if getattr(n, "name", None) == "AutoCheckpoint")
-    init = next(n for n in handle.body if getattr(n, "name", None) == "__init__")
-    set_there = {
+def _stored_on_self(node: ast.AST) -> set[str]:
+    return {
         n.attr
-        for n in ast.walk(init)
-        if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)
+        for n in ast.walk(node)
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.ctx, ast.Store)
+        and isinstance(n.value, ast.Name)
+        and n.value.id == "self"
     }
-    assert attributes <= set_there, f"not set in __init__: {sorted(attributes - set_there)}"
+
+
+def _read_on_self(node: ast.AST) -> set[str]:
+    return {
+        n.attr
+        for n in ast.walk(node)
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.ctx, ast.Load)
+        and isinstance(n.value, ast.Name)
+        and n.value.id == "self"
+    }
+
+
+def test_the_handles_parts_inherit_from_no_class_of_the_package():
+    ours = _package_classes()
+    mixed = [
+        f"{path.name}: {c.name}({base.id})"
+        for path in sorted(RUN.glob("*.py"))
+        for c in _classes(path)
+        for base in c.bases
+        if isinstance(base, ast.Name) and base.id in ours
+    ]
+    assert not mixed, f"built from the package's classes, not composed: {mixed}"
+
+
+def test_each_part_sets_its_state_in_its_own_init_and_reads_only_its_own():
+    for path in sorted(RUN.glob("*.py")):
+        for c in _classes(path):
+            init = next((n for n in c.body if getattr(n, "name", None) == "__init__"), None)
+            if init is None:
+                continue  # a dataclass or a class of methods only
+            declared = _stored_on_self(init) | {
+                n.name for n in c.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            }
+            declared |= {n.target.id for n in c.body if isinstance(n, ast.AnnAssign)}
+            declared |= {
+                t.id
+                for n in c.body
+                if isinstance(n, ast.Assign)
+                for t in n.targets
+                if isinstance(t, ast.Name)
+            }
+            stored = _stored_on_self(c) - _stored_on_self(init)
+            read = _read_on_self(c)
+            assert stored <= declared, (
+                f"{path.name}: {c.name} sets {sorted(stored - declared)} outside __init__"
+            )
+            assert read <= declared, (
+                f"{path.name}: {c.name} reads undeclared {sorted(read - declared)}"
+            )

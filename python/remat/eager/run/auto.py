@@ -20,39 +20,37 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import os
-import pathlib
 import sys
-import warnings
-from types import FrameType
 from typing import Any
 
 import torch
 from torch import nn
 
-from ... import _distributed
 from ...saved_memory import require_save_hooks
 from ...units import parse_bytes
-from .._runtime import _PreservedState, _signature, _tensors, clock, in_backward, run_context
+from .._runtime import _PreservedState, _signature, _tensors, clock, in_backward
 from ..blocks import Blocks, find_blocks
-from ..measuring.ops import ModesCache
-from ..types import Plan, Profile
+from ..types import Plan
+from .agreement import Agreement
 from .block_calls import BlockCalls
-from .chain_mode import ChainMode
-from .first_step import FirstStep
+from .block_planner import BlockPlanner
+from .call_runner import CallRunner
+from .chain_mode import ChainRunner
 from .options import CheckpointOptions
-from .step import _BlockPlan, _OutsideSaves, _PendingBackward, _Step
+from .recorder import StepRecorder
+from .running import Notices, PlanBook, Running, step_context
+from .step import _OutsideSaves, _PendingBackward, _Step
 from .step_budget import StepBudget
-from .tuning import OnlineTuning
 
 _log = logging.getLogger("remat")
 
 
-class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
+class AutoCheckpoint:
     """The handle :func:`auto_checkpoint` returns.
 
     Attributes:
         blocks: the :class:`Blocks` found or given (``print(handle.blocks)`` says which).
+        options: the :class:`CheckpointOptions` it was given.
         memory_budget: the budget on the step's peak in bytes (None: the budget is on the
             blocks' activations, ``activation_budget``).
         activation_budget: the budget on the blocks' activations in bytes (None: planned
@@ -61,7 +59,13 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
         plan: the plan the last step followed (None before the first step).
         warnings: what went off-plan, each message once, in the order it first happened.
 
-    ``remove()`` restores the blocks' (and the container's) own forward methods."""
+    ``remove()`` restores the blocks' (and the container's) own forward methods.
+
+    The handle begins and ends each step (the model's hooks) over parts that each hold their
+    own state: ``calls`` routes a block call, ``runner`` runs it, ``recorder`` measures a step
+    with no plan yet, ``planner`` plans from it, ``chain`` plans and runs a stock
+    nn.Sequential. They share ``running`` (the step under way), ``book`` (the plans),
+    ``notices`` (the warnings) and ``agreement`` (alone, or with the ranks of a group)."""
 
     def __init__(
         self,
@@ -77,10 +81,6 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
             raise ValueError("give exactly one of memory_budget and activation_budget")
         if blocks.chain is None:  # block calls are measured inside their regions
             require_save_hooks()
-        # measure()'s handle: a chain is planned as auto_checkpoint plans it, and its step runs
-        # every block as its own region, so it holds one block's activations at a time.
-        self._measuring = measuring
-        self._forward_only = False
         if options.offload.mode is not False and blocks.chain is not None:
             raise ValueError(
                 f"offload: {blocks.path} is a stock nn.Sequential, planned as one chain of nested "
@@ -92,44 +92,78 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
         self.blocks = blocks
         self.activation_budget = activation_budget
         self.step_budget = step_budget
+        # measure()'s handle: a chain is planned as auto_checkpoint plans it, and its step runs
+        # every block as its own region, so it holds one block's activations at a time.
+        self.notices = Notices("remat.measure" if measuring else "remat.auto_checkpoint")
         if step_budget is not None:
-            step_budget.warn = self._warn
-        self._start_bytes: int | None = None  # what the step under way held as it began
-        self.plans: dict[Any, Plan] = {}
-        self.plan: Plan | None = None
-        self.warnings: list[str] = []
-        # Whether a cache dropped from the blocks' calls in training is warned about (an
-        # integration that documents the drop turns it off).
-        self.warn_on_dropped_caches = True
-        self._block_plans: dict[Any, _BlockPlan] = {}
-        # Under a process group: this rank's number for each key, and the profile it measured
-        # for it (with its calls), from which a plan for a new combination of the ranks' keys
-        # is made without measuring again.
-        self._key_numbers: dict[Any, int] = {}
-        self._profiles: dict[Any, tuple[Profile, tuple[tuple[Any, Any, tuple[int, ...]], ...]]] = {}
-        self._chain_plans: dict[Any, Plan] = {}
-        self._tunings: dict[Any, OnlineTuning] = {}  # chains whose plan is tuned on the steps
-        self._names = {id(m): n for m, n in zip(blocks.modules, blocks.names)}
-        self._step: _Step | None = None
-        self._inside = 0  # > 0 while a block (or the chain) runs: blocks inside it run plainly
-        self._region_overhead = None
-        self._device = torch.device("cpu")  # the blocks' inputs', once seen
+            step_budget.warn = self.notices.warn
+        self.running = Running()
+        self.book = PlanBook()
+        self.agreement = Agreement(options.plan_group)
+        names = {id(m): n for m, n in zip(blocks.modules, blocks.names)}
+        name = lambda module: names.get(id(module), type(module).__name__)  # noqa: E731
+        self.runner = CallRunner(model, self.running, self.notices, name)
+        self.recorder = StepRecorder(model, options, self.running, self.runner, step_budget, name)
+        self.planner = BlockPlanner(
+            model,
+            blocks,
+            options,
+            activation_budget,
+            step_budget,
+            self.running,
+            self.agreement,
+            self.book,
+            self.notices,
+        )
+        self.calls = BlockCalls(
+            self.running, self.book, self.notices, name, self.runner, self.recorder, self.planner
+        )
+        self.chain = ChainRunner(
+            model,
+            blocks,
+            options,
+            activation_budget,
+            self.running,
+            self.agreement,
+            self.book,
+            self.notices,
+            measuring,
+        )
         self._patched: list[tuple[nn.Module, Any]] = []
         self._hooks: list[Any] = []
-        self._warned: set[str] = set()
         self._pending = _PendingBackward()
-        self._modes: ModesCache | None = None  # see _begin_step
-        self.last_execution = None  # the chain's last run (ChainMode)
         self.reinstall()
         if blocks.left_out:
             every = ", ".join(f"*{b.path}" for b in (blocks, *blocks.left_out))
-            self._warn(
+            self.notices.warn(
                 f"found the blocks {blocks.contents()}, and left out "
                 f"{' and '.join(b.contents() for b in blocks.left_out)}, which hold at least half "
                 "as many parameters "
                 "(an encoder beside a decoder, say): their activations are neither checkpointed "
                 f"nor counted in the budget. Pass blocks=[{every}] to plan them all"
             )
+
+    @property
+    def plans(self) -> dict[Any, Plan]:
+        return self.book.plans
+
+    @property
+    def plan(self) -> Plan | None:
+        return self.book.last
+
+    @property
+    def warnings(self) -> list[str]:
+        return self.notices.messages
+
+    @property
+    def warn_on_dropped_caches(self) -> bool:
+        """Whether a cache dropped from the blocks' calls in training is warned about (an
+        integration that documents the drop turns it off)."""
+        return self.calls.warn_on_dropped_caches
+
+    @warn_on_dropped_caches.setter
+    def warn_on_dropped_caches(self, value: bool) -> None:
+        self.calls.warn_on_dropped_caches = value
 
     def reinstall(self) -> None:
         """Wraps the blocks again after remove(), keeping the plans made so far."""
@@ -147,7 +181,7 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
                     "handle first)"
                 )
             original = module.__dict__.get("forward")
-            wrapper = self._chain_forward if module is blocks.chain else self._block_forward
+            wrapper = self.chain.forward if module is blocks.chain else self.calls.forward
             patched = functools.partial(wrapper, module, module.forward)
             patched._remat_auto_checkpoint = True  # type: ignore[attr-defined]
             module.forward = patched
@@ -194,123 +228,84 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
         )
         return f"AutoCheckpoint({self.blocks}, {budget}, {len(self.plans)} plans)"
 
-    def _context(self) -> Any:
-        # The blocks' own modules, not the model's tree: wrapping a block in torch.compile adds
-        # a module to that tree but changes nothing a plan depends on.
-        return self.model.training, run_context(self.blocks.modules)
-
-    def _name(self, module: nn.Module) -> str:
-        return self._names.get(id(module), type(module).__name__)
-
-    def _warn(self, message: str, once_as: str | None = None) -> None:
-        # Once each: a message repeated every step would grow the list all training.
-        # `once_as`: what makes it the same message (one warning for every block it names).
-        key = message if once_as is None else once_as
-        if key not in self._warned:
-            self._warned.add(key)
-            self.warnings.append(message)
-            entry = "remat.measure" if self._measuring else "remat.auto_checkpoint"
-            warnings.warn(f"{entry}: {message}", RuntimeWarning, stacklevel=_user_stacklevel())
-
     # --- steps ---
-
-    def _active(self) -> bool:
-        # Under torch.compile's tracing the call is a forward one (a block called again in
-        # backward finds no step: the step ends with the model's forward), and asking autograd
-        # would break the graph.
-        backward = not torch.compiler.is_compiling() and in_backward()
-        return torch.is_grad_enabled() and not backward and self._inside == 0
 
     @torch.compiler.disable  # bookkeeping and planning: never traced
     def _begin_step(self, _model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]):
-        if in_backward() or self._step is not None:
+        if in_backward() or self.running.step is not None:
             return None
         if self.step_budget is not None:
             self._end_measured_step()
         if not torch.is_grad_enabled():
             return None
         if self._pending.waiting():
-            self._warn(
+            self.notices.warn(
                 "the model was called again before the backward of its previous call: each call "
                 "is a step planned to the budget alone, so two calls awaiting one backward (a "
                 "contrastive loss over two views, say) hold up to twice the budget. Concatenate "
                 "the inputs into one call, or give each call its share of the budget"
             )
-        key = (_signature(args), _signature(kwargs), self._context())
+        key = (_signature(args), _signature(kwargs), step_context(self.model, self.blocks))
         if self.blocks.chain is None:
-            plan_key, known = self._plan_key(key, key in self._profiles)
+            plan_key, known = self.agreement.plan_key(key, key in self.planner.profiles)
         else:  # a stock nn.Sequential is planned (and agreed on) when it is called
             plan_key, known = key, False
-        found = self._block_plans.get(plan_key)
+        found = self.planner.block_plans.get(plan_key)
         if self.step_budget is not None:
             devices = [t.device for t in _tensors((args, kwargs))]
-            device = devices[0] if devices else self._device
-            self._start_bytes = self.step_budget.start_bytes(device, (args, kwargs))
+            device = devices[0] if devices else self.running.device
+            self.running.start_bytes = self.step_budget.start_bytes(device, (args, kwargs))
             # Planned again from the kept profile: its step's figures are in (the step that
             # measured has ended), or this step begins holding more than its plan assumed.
-            if _distributed.active(self.options.plan_group):
+            if self.agreement.together:
                 # `known` (every rank has profiled its inputs) holds at every later step: plan
                 # when there is no plan yet, or when the ranks agree to plan again.
-                profiled = key in self._profiles
+                profiled = key in self.planner.profiles
                 again = self.step_budget.plan_again_together(
-                    key, profiled, found is not None, self._start_bytes, self.options.plan_group
+                    key,
+                    profiled,
+                    found is not None,
+                    self.running.start_bytes,
+                    self.options.plan_group,
                 )
                 known = known and found is None or again
             else:
-                stale = found is None or self.step_budget.stale(key, self._start_bytes)
+                stale = found is None or self.step_budget.stale(key, self.running.start_bytes)
                 known = known or (
-                    stale and key in self._profiles and key in self.step_budget.figures
+                    stale and key in self.planner.profiles and key in self.step_budget.figures
                 )
             if known:
                 found = None
         measuring = found is None and not known
         if found is None and known:  # every rank has profiled its inputs: plan, all together
-            profile, calls = self._profiles[key]
-            found = self._make_block_plan(plan_key, key, profile, calls)
+            profile, calls = self.planner.profiles[key]
+            found = self.planner.make_block_plan(plan_key, key, profile, calls)
         if self.step_budget is not None:
             # After planning: the first step that follows a new plan is among those checked.
             self.step_budget.begin(key, device, (args, kwargs), measuring=measuring)
-        self._step = _Step(key, plan_key, found.plan if found else None)
+        step = self.running.step = _Step(key, plan_key, found.plan if found else None)
         if found is None:
             if self.blocks.chain is None:  # a chain measures and plans when it is called
-                self._step.outside = _OutsideSaves(lambda: self._inside > 0).__enter__()
-            if _distributed.active(self.options.plan_group):
-                # Ranks record and measure every layer, step after step (see ModesCache).
-                self._step.modes = ModesCache(shortcuts=False)
-            else:
-                # Kept across this handle's measuring steps: a step for new shapes prices the
-                # modes on its blocks from what earlier steps measured on the same ops.
-                if self._modes is None:
-                    self._modes = ModesCache()
-                self._step.modes = self._modes
+                running = self.running
+                step.outside = _OutsideSaves(lambda: running.inside > 0).__enter__()
+            step.modes = self.recorder.modes_for(self.agreement.together)
         return None
 
     def _end_measured_step(self) -> None:
         """The step budget's measured step ends: its figures or its check are in."""
         assert self.step_budget is not None
-        profiles = {key: profile for key, (profile, _) in self._profiles.items()}
+        profiles = {key: profile for key, (profile, _) in self.planner.profiles.items()}
         ended = self.step_budget.close(profiles)
         if ended is None or not ended[1]:
             return
-        if _distributed.active(self.options.plan_group):  # its plan is kept under every rank's keys
+        if self.agreement.together:  # its plan is kept under every rank's keys
             self.step_budget.plan_again_later(ended[0])
         else:
-            self._block_plans.pop(ended[0], None)  # planned again from its profile
-
-    def _plan_key(self, key: Any, known: bool) -> tuple[Any, bool]:
-        """What a step's plan is kept under, and whether every rank has profiled its inputs.
-        Alone, its own key. In a process group, every rank's key, agreed on at each step: each
-        rank looks up, measures and plans in the same steps (or one would wait alone in the
-        profile's agreement), and all follow the plan made for that combination."""
-        if not _distributed.active(self.options.plan_group):
-            return key, False
-        number = self._key_numbers.setdefault(key, len(self._key_numbers))
-        numbers, every_rank_knows = _distributed.step_inputs(number, known, self.options.plan_group)
-        return ("ranks", numbers), every_rank_knows
+            self.planner.block_plans.pop(ended[0], None)  # planned again from its profile
 
     @torch.compiler.disable  # bookkeeping and planning: never traced
     def _end_step(self, _model: nn.Module, _args: Any, output: Any) -> None:
-        step, self._step = self._step, None
+        step, self.running.step = self.running.step, None
         if step is not None and step.outside is not None:
             step.outside.__exit__(None, None, None)
         if step is not None and step.pending_offload is not None:
@@ -322,7 +317,7 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
         # output: a step cut short measured only some blocks, and the next step measures again.
         cut_short = output is None and sys.exc_info()[1] is not None
         if step is not None and not step.position and not step.chain_calls and not cut_short:
-            self._warn(
+            self.notices.warn(
                 f"no block of {self.blocks.path} ran with gradients enabled during the model's "
                 "forward: nothing is checkpointed, and the budget is not kept. Pass blocks= the "
                 "modules the model's forward calls"
@@ -331,42 +326,29 @@ class AutoCheckpoint(BlockCalls, FirstStep, ChainMode):
             return
         if self.step_budget is not None and self.step_budget.open is not None:
             self.step_budget.open.watch_end_of_backward(_tensors(output))
-        if not self._forward_only:
+        if not self.running.forward_only:
             self._pending.watch(output)
-            self._check_region_inputs(step)
+            self.runner.check_region_inputs(step)
         if step.plan is None:
-            self._plan_step(step)
-        elif step.outgrew_plan and not _distributed.active(self.options.plan_group):
-            calls = len(self._block_plans[step.plan_key].calls)
-            del self._block_plans[step.plan_key]
-            self._warn(
+            self.planner.plan_step(step)
+        elif step.outgrew_plan and not self.agreement.together:
+            calls = len(self.planner.block_plans[step.plan_key].calls)
+            del self.planner.block_plans[step.plan_key]
+            self.notices.warn(
                 f"this step called blocks its plan had no place for (more than its {calls} "
                 "block calls, or blocks the measured step never called, as LayerDrop in the "
                 "model's loop skips some): those ran as their own checkpoint regions beside a "
                 "plan made for fewer calls, so this step may have held more than the budget. The "
                 "next step with these inputs measures again, to plan for every call it makes"
             )
-        elif step.position != len(self._block_plans[step.plan_key].calls) and not step.off_plan:
-            self._warn(
-                f"the plan expected {len(self._block_plans[step.plan_key].calls)} block calls, the "
+        elif (
+            step.position != len(self.planner.block_plans[step.plan_key].calls)
+            and not step.off_plan
+        ):
+            self.notices.warn(
+                f"the plan expected {len(self.planner.block_plans[step.plan_key].calls)} block calls, the "
                 f"step made {step.position}; the missing ones cost nothing"
             )
-
-
-_LIBRARIES = tuple(
-    str(pathlib.Path(str(module.__file__)).parent) + os.sep
-    for module in (torch, sys.modules["remat"])
-)
-
-
-def _user_stacklevel() -> int:
-    """The stacklevel of warnings.warn, called from _warn, that names the first frame outside
-    torch and remat: the user's line (model(x), loss.backward()), not torch's module call."""
-    frame: FrameType | None = sys._getframe(2)  # _warn's caller: the warn in _warn
-    level = 2
-    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARIES):
-        frame, level = frame.f_back, level + 1
-    return level if frame is not None else 2
 
 
 def auto_checkpoint(
@@ -452,13 +434,13 @@ def _install(
             if step_budget is not None:
                 _measure_step(handle, *example)
             else:
-                handle._forward_only = True  # no backward follows: no re-run can fail
+                handle.running.forward_only = True  # no backward follows: no re-run can fail
                 _measure_forward(model, *example)
         except Exception:
             handle.remove()
             raise
         finally:
-            handle._forward_only = False
+            handle.running.forward_only = False
     return handle
 
 
@@ -500,12 +482,13 @@ def _measure_step(handle: AutoCheckpoint, args: tuple[Any, ...], kwargs: dict[st
             segments.blocks_done()
         del loss
     handle._end_measured_step()
-    key = next(reversed(handle._profiles), None)
+    profiles = handle.planner.profiles
+    key = next(reversed(profiles), None)
     if key is not None and handle.step_budget is not None:
-        start = handle.step_budget.start_bytes(next(iter(devices), handle._device), (args, kwargs))
-        handle._start_bytes = start
-        profile, calls = handle._profiles[key]
-        handle._make_block_plan(key, key, profile, calls)
+        device = next(iter(devices), handle.running.device)
+        handle.running.start_bytes = handle.step_budget.start_bytes(device, (args, kwargs))
+        profile, calls = profiles[key]
+        handle.planner.make_block_plan(key, key, profile, calls)
 
 
 def _default_loss(output: Any) -> torch.Tensor:

@@ -10,41 +10,71 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from ... import _distributed
 from ...saved_memory import has_fsdp_modules
 from .._runtime import _signature, _tensors
+from ..blocks import Blocks
 from ..planning.tune import tuning_candidates
+from ..types import Plan
+from .agreement import Agreement
 from .contexts import plan_contexts
 from .execution import Execution
-from .handle_state import HandleState
+from .options import CheckpointOptions
+from .running import Notices, PlanBook, Running, step_context
 from .sequential import plan
 from .tuning import OnlineTuning
 
 
-class ChainMode(HandleState):
-    """AutoCheckpoint's part for a stock nn.Sequential (see auto.py for the state it shares)."""
+class ChainRunner:
+    """Plans and runs a stock nn.Sequential called as a whole: one chain of nested regions,
+    planned at its first call for each input signature and tuned on the training steps."""
 
-    def _chain_forward(self, container: nn.Module, original: Callable[..., Any], input: Any) -> Any:
-        if not self._active() or not _tensors(input):
+    def __init__(
+        self,
+        model: nn.Module,
+        blocks: Blocks,
+        options: CheckpointOptions,
+        activation_budget: int | None,
+        running: Running,
+        agreement: Agreement,
+        book: PlanBook,
+        notices: Notices,
+        measuring: bool,
+    ) -> None:
+        self.model = model
+        self.blocks = blocks
+        self.options = options
+        self.activation_budget = activation_budget
+        self.running = running
+        self.agreement = agreement
+        self.book = book
+        self.notices = notices
+        self.measuring = measuring  # measure()'s chain: every block its own region
+        self.chain_plans: dict[Any, Plan] = {}
+        self.tunings: dict[Any, OnlineTuning] = {}  # chains whose plan is tuned on the steps
+        self.last_execution: Execution | None = None  # the chain's last run
+
+    def forward(self, container: nn.Module, original: Callable[..., Any], input: Any) -> Any:
+        """The chain's forward while it is under auto_checkpoint."""
+        if not self.running.active() or not _tensors(input):
             return original(input)
-        if self._step is not None:
-            self._step.chain_calls += 1
-            if self._step.chain_calls == 2:
-                self._warn(
+        step = self.running.step
+        if step is not None:
+            step.chain_calls += 1
+            if step.chain_calls == 2:
+                self.notices.warn(
                     f"{self.blocks.path} was called twice in one step: each call of the chain is "
                     "planned to the whole budget, so together the calls hold up to that many "
                     "times the budget. Give auto_checkpoint its blocks as a list "
                     "(blocks=list(...)): calls of listed blocks are planned together"
                 )
         functions = [functools.partial(self._plain, block) for block in self.blocks.modules]
-        key = ("chain", _signature(input), self._context())
+        key = ("chain", _signature(input), step_context(self.model, self.blocks))
         # Every rank plans for a combination of the ranks' keys it has not seen, together.
-        plan_key, _ = self._plan_key(key, False)
-        found = self._chain_plans.get(plan_key)
+        plan_key, _ = self.agreement.plan_key(key, False)
+        found = self.chain_plans.get(plan_key)
         if found is None:
             online = self.options.tune and self._tunes_online()
-            self._inside += 1
-            try:
+            with self.running.inside_block():
                 found = plan(
                     functions,
                     input,
@@ -57,26 +87,24 @@ class ChainMode(HandleState):
                     plan_group=self.options.plan_group,
                     granularity=self.options.granularity,
                 )
-            finally:
-                self._inside -= 1
-            self._chain_plans[plan_key] = found
-            self.plans[key] = found
+            self.chain_plans[plan_key] = found
+            self.book.plans[key] = found
             candidates = tuning_candidates(found) if online else {}
             if len(candidates) > 1:
-                self._tunings[plan_key] = OnlineTuning(candidates)
-        tuning = self._tunings.get(plan_key)
+                self.tunings[plan_key] = OnlineTuning(candidates)
+        tuning = self.tunings.get(plan_key)
         if tuning is not None and tuning.done():
             found = tuning.result()
-            self._chain_plans[plan_key] = self.plans[key] = found
-            del self._tunings[plan_key]
+            self.chain_plans[plan_key] = self.book.plans[key] = found
+            del self.tunings[plan_key]
             tuning = None
-        self.plan = found
-        if self._measuring:
+        self.book.last = found
+        if self.measuring:
             self.last_execution = Execution(functions, [(i, i, 0) for i in range(len(functions))])
             return self.last_execution(input)
         if tuning is not None and not torch.compiler.is_compiling():
             label, candidate = tuning.next()
-            self.plan = candidate
+            self.book.last = candidate
             self.last_execution = Execution(functions, candidate.regions, plan_contexts(candidate))
             return tuning.run(label, self.last_execution, input, self.blocks.modules[0])
         self.last_execution = Execution(functions, found.regions, plan_contexts(found))
@@ -88,15 +116,12 @@ class ChainMode(HandleState):
         microbatch in flight, not while measuring, and not on FSDP2 layers (whose plans are not
         tuned at all, see tuning.tune_plan)."""
         return (
-            not self._measuring
+            not self.measuring
             and self.options.microbatches_in_flight == 1
-            and not _distributed.active(self.options.plan_group)
+            and not self.agreement.together
             and not any(has_fsdp_modules(m) for m in self.blocks.modules)
         )
 
     def _plain(self, block: nn.Module, h: Any) -> Any:
-        self._inside += 1
-        try:
+        with self.running.inside_block():
             return block(h)
-        finally:
-            self._inside -= 1

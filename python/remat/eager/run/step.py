@@ -12,7 +12,13 @@ from typing import Any, Callable
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from ...saved_memory import storage_key, storage_of, top_save_hooks
+from ...saved_memory import (
+    excluded_storages,
+    has_fsdp_modules,
+    storage_key,
+    storage_of,
+    top_save_hooks,
+)
 from .._runtime import _tensors
 from ..measuring.blocks import RecordedCall
 from ..measuring.calls import keep_versioned, unpack_versioned
@@ -51,6 +57,17 @@ class _Step:
     # Following a plan that offloads: the last offloaded call, until the next call's forward
     # has run (see run/offload.py).
     pending_offload: OffloadedCall | None = None
+
+    def parameter_storages(self, model: torch.nn.Module) -> set[tuple[str, int, int]]:
+        """The storages of the model's parameters and buffers, read once a step: a walk of the
+        model a block cost a real share of a small block's measuring. Under FSDP2 they are read
+        at every block, whose parameters are gathered into fresh storage for its forward and
+        freed after (a stale key could name an activation allocated there later)."""
+        if self.excluded is None:
+            self.sharded = has_fsdp_modules(model)
+        if self.excluded is None or self.sharded:
+            self.excluded = excluded_storages([model])
+        return self.excluded
 
 
 class _OutsideSaves:
