@@ -170,6 +170,17 @@ def _held_tensors(objects: tuple[Any, ...]) -> list[torch.Tensor]:
     return found
 
 
+def held_bytes(*held: Any, device: torch.device) -> int:
+    """The bytes of the distinct storages of `held` (modules, optimizers, tensors) on
+    `device`'s type: what a step begins with, on a device whose allocator cannot say."""
+    seen: dict[int, int] = {}
+    for tensor in _held_tensors(held):
+        for storage in _storages(tensor):
+            if storage.device.type == device.type:
+                seen[storage._cdata] = storage.nbytes()
+    return sum(seen.values())
+
+
 # The CUDA meters now open, by device: remat's own measuring resets the allocator's peak
 # statistic (reset_cuda_peak), and hands each open meter the peak it discarded.
 _open_cuda_meters: dict[torch.device, list["StepMemoryMeter"]] = {}

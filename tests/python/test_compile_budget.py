@@ -25,56 +25,21 @@ from conftest import ROOT  # noqa: E402
 sys.path.insert(0, str(ROOT / "examples"))
 import models  # noqa: E402
 import remat.torch as rt  # noqa: E402
+from compile_cases import (  # noqa: E402
+    MODELS,
+    budgets_across,
+    build,
+    compiled_run,
+    grads,
+    step,
+    with_loss,
+)
 from remat.compiled import (  # noqa: E402
     BudgetTooSmall,
-    measured_peak,
     survey,  # noqa: E402
 )
 from remat.compiled.tradeoff_curve import _default_loss  # noqa: E402
 from remat.units import format_bytes  # noqa: E402
-
-MODELS = {
-    "gpt": lambda: models.make_gpt(depth=2, width=64, heads=4, seq=32, batch=4, dropout=0.0),
-    "resnet": lambda: models.make_resnet(per_stage=1, batch=4, size=16),
-    "mixer": lambda: models.make_mixer(depth=2, width=64, patch=4, size=16, batch=8),
-    "llama": lambda: models.make_llama(depth=2, width=64, heads=4, seq=32, batch=4, vocab=128),
-}
-
-
-def build(name):
-    torch.manual_seed(0)
-    model, _, x = MODELS[name]()
-    return model, x
-
-
-def step(fn, x):
-    fn(x).backward()
-
-
-def with_loss(model):
-    """The model and its loss, compiled together so the step's peak is the graph's."""
-    return lambda x: models.loss(model(x))
-
-
-def grads(model):
-    return [p.grad.clone() for p in model.parameters()]
-
-
-def compiled_run(name, budget, backend="aot_eager"):
-    """(solver, predicted peak, measured peak, gradients) of one compiled step at ``budget``."""
-    torch._dynamo.reset()
-    model, x = build(name)
-    with (
-        functorch_config.patch(enable_autograd_cache=False),
-        rt.use(memory_budget=budget) as solver,
-    ):
-        compiled = torch.compile(with_loss(model), backend=backend)
-        step(compiled, x)
-        model.zero_grad(set_to_none=True)
-        measured = measured_peak(lambda: step(compiled, x))
-        gradients = grads(model)
-    assert len(solver.choices) == 1, "one graph, one decision"
-    return solver, solver.choices[0].chosen.peak.peak, measured, gradients
 
 
 @pytest.fixture(scope="module", params=sorted(MODELS))
@@ -92,16 +57,6 @@ def _no_survey_left_behind():
     must not make another test's compiles warn."""
     yield
     survey.forget()
-
-
-def budgets_across(result, count=5):
-    """``count`` budgets from above the least-recompute plan's peak down to the least peak (on a
-    one-point curve, from 20% above it)."""
-    high = max(p.predicted_peak for p in result.curve)
-    low = min(p.predicted_peak for p in result.curve)
-    if high == low:
-        high = int(low * 1.2)
-    return [int(high * 1.01 - (high * 1.01 - low) * k / (count - 1)) for k in range(count)]
 
 
 def test_byte_budgets_hold_and_the_measured_peak_falls_with_the_budget(curve):
@@ -171,125 +126,6 @@ def test_inductor_within_its_stated_excess_over_byte_budgets():
         assert predicted <= budget and excess <= INDUCTOR_EXCESS
         for got, want in zip(gradients, eager):
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
-
-
-def test_fit_finds_a_budget_that_holds_as_measured_on_inductor(capsys):
-    """On the Llama-style model inductor's step measures above the prediction (one more
-    logits-sized buffer at the backward's peak): between the two, use() alone misses the budget
-    as measured, and fit() retries until a compile measures within it."""
-    model, x = build("llama")
-    result = rt.tradeoff(model, x, backend="aot_eager", measure=0, loss=models.loss, verbose=0)
-    least = min(p.predicted_peak for p in result.points)
-    high = max(p.predicted_peak for p in result.curve)
-    budget = (least + high) // 2
-    torch._dynamo.reset()
-    found = rt.fit(model, x, memory_budget=budget, loss=models.loss)
-    assert found.measured <= budget and found.attempts[-1].target == found.memory_budget
-    assert all(a.measured > budget for a in found.attempts[:-1])
-    lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == len(found.attempts) and "measured" in lines[-1]
-    # The target it found holds when compiled again (the plan is deterministic), and use()
-    # does not warn about inductor for a target fit() measured.
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        _, predicted, measured, _ = compiled_run("llama", found.memory_budget, backend="inductor")
-    assert measured <= budget and predicted <= found.memory_budget
-    assert not [w for w in caught if "inductor compiles this graph" in str(w.message)]
-    with pytest.raises(rt.BudgetNotMet, match="the least predicted peak of this compile is"):
-        rt.fit(model, x, memory_budget=least // 3, loss=models.loss, verbose=False)
-
-
-def test_fit_tries_the_least_plan_when_every_plan_is_predicted_over_the_budget():
-    # It refused after 0 compiles, though inductor's step measures under the prediction: the
-    # least plan of this MLP is predicted at 1.64 MB and measures 1.18 MB.
-    torch.manual_seed(0)
-    block = lambda: nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64))  # noqa: E731
-    model, x = nn.Sequential(*(block() for _ in range(3))), torch.randn(256, 64)
-    loss = lambda y: y.square().mean()  # noqa: E731
-    torch._dynamo.reset()
-    with pytest.raises(rt.BudgetTooSmall) as refused:
-        with functorch_config.patch(enable_autograd_cache=False), rt.use(memory_budget=1):
-            torch.compile(lambda t: loss(model(t)))(x).backward()
-    least = refused.value.least_peak
-    torch._dynamo.reset()
-    found = rt.fit(model, x, memory_budget=int(0.9 * least), loss=loss, verbose=False)
-    assert found.memory_budget == least and found.measured <= 0.9 * least
-    assert len(found.attempts) == 1
-
-
-@pytest.mark.parametrize("name", sorted(MODELS))
-def test_fit_holds_each_budget_on_inductor_as_the_budget_falls(name):
-    """On inductor, at 5 budgets from twice the highest predicted peak down to the least (the
-    ResNet-style test model's step measures 1.46 times its prediction there):
-    fit() meets each as measured or refuses it, naming a least measured peak above it; what it
-    meets never measures more as the budget falls; and a step compiled at the lowest target it
-    found has eager's gradients."""
-    model, x = build(name)
-    step(with_loss(model), x)
-    eager = grads(model)
-    result = rt.tradeoff(*build(name), backend="inductor", measure=0, loss=models.loss, verbose=0)
-    high = 2 * max(p.predicted_peak for p in result.curve)
-    low = min(p.predicted_peak for p in result.curve)
-    met = []
-    for budget in [high - (high - low) * k // 4 for k in range(5)]:
-        torch._dynamo.reset()
-        try:
-            found = rt.fit(*build(name), memory_budget=budget, loss=models.loss, verbose=False)
-        except rt.BudgetNotMet as refused:  # no plan measured within it (or none predicted)
-            least = min((a.measured for a in refused.attempts), default=None)
-            assert least is None or least > budget, str(refused)
-            continue
-        # A target above the budget is the least plan's (tried when all are predicted over).
-        assert found.measured <= budget and found.memory_budget <= max(budget, low)
-        met.append((budget, found.measured, found.memory_budget))
-    assert met, f"{name}: no budget met, even at twice every plan's prediction"
-    measured = [m for _, m, _ in met]
-    assert measured == sorted(measured, reverse=True), met
-    _, _, target = met[-1]
-    _, _, _, gradients = compiled_run(name, target, backend="inductor")
-    for got, want in zip(gradients, eager):
-        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
-
-
-def test_fit_holds_on_a_hugging_face_decoder_under_inductor():
-    """A Hugging Face LlamaForCausalLM built from a small config (masks, rotary embeddings,
-    the library's own loss), compiled with inductor: fit() finds a target under which a step
-    measures within the budget, its gradients match eager's, and a budget under every plan's
-    prediction is refused naming the least predicted peak. Every plan of this graph predicts
-    the same peak (the parameters' gradients and the logits, which the knapsack does not
-    decide, set it), so one budget that holds and one that cannot are the cases."""
-    pytest.importorskip("transformers")
-    from zoo.models import ZOO
-
-    zoo = ZOO["llama"]
-    torch.manual_seed(0)
-    model = zoo.build("sdpa")
-    model.config.use_cache = False
-    for module in model.modules():  # compiled and eager runs draw differently
-        if isinstance(module, nn.Dropout):
-            module.p = 0.0
-    model.config.attention_dropout = 0.0
-    args, kwargs = zoo.batch()
-    budget = 64 << 20
-    torch._dynamo.reset()
-    found = rt.fit(model, *args, memory_budget=budget, loss=zoo.loss, verbose=False, **kwargs)
-    assert found.measured <= budget and found.memory_budget <= budget
-    torch._dynamo.reset()
-    model.zero_grad(set_to_none=True)
-    with functorch_config.patch(enable_autograd_cache=False):
-        with rt.use(memory_budget=found.memory_budget):
-            compiled = torch.compile(lambda *a, **k: zoo.loss(model(*a, **k)), backend="inductor")
-            compiled(*args, **kwargs).backward()
-    got = grads(model)
-    model.zero_grad(set_to_none=True)
-    zoo.loss(model(*args, **kwargs)).backward()
-    for a, b in zip(got, grads(model)):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-    torch._dynamo.reset()
-    with pytest.raises(rt.BudgetNotMet, match="the least predicted peak of this compile is"):
-        rt.fit(
-            model, *args, memory_budget=found.measured // 2, loss=zoo.loss, verbose=False, **kwargs
-        )
 
 
 def test_a_budget_below_every_plan_raises_at_compile_time_naming_the_least_peak(curve):

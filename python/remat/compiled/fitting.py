@@ -1,4 +1,5 @@
-"""remat.torch.fit: a byte budget that holds as measured, by compiling, measuring and retrying.
+"""remat.torch.fit: a byte budget on the whole training step that holds as measured, by
+compiling, measuring and retrying.
 
 The peak ``use(memory_budget=...)`` predicts is that of the partitioner's graphs run in their own
 order (``aot_eager``). Inductor lowers and schedules those graphs itself, and on the Llama-style
@@ -7,8 +8,9 @@ on the test model, +8%); so a budget between the two is met by the prediction an
 step. ``fit`` compiles the model at the budget, measures one step, and while the measured peak is
 over the budget it compiles again at a lower target: the last plan's prediction less what the
 step measured over the budget (so the next plan must shed at least the excess seen), or, where
-no plan is predicted that low, the least plan once. It returns the target to give ``use()``,
-with every attempt; each costs one compile and two steps.
+no plan is predicted that low, the least plan once. It returns the target to give ``use()``
+(a graph's peak beyond what the step begins holding), with every attempt; each costs one compile
+and two steps.
 """
 
 from __future__ import annotations
@@ -27,16 +29,17 @@ from .solver import FITTED_TARGETS
 
 @dataclass(frozen=True)
 class Attempt:
-    target: int  # bytes: the memory_budget this compile was given
-    predicted: int  # bytes: its chosen plan's predicted peak
-    measured: int  # bytes: one step's measured peak
+    target: int  # bytes: the memory_budget this compile was given (beyond the step's start)
+    predicted: int  # bytes: its chosen plan's predicted peak beyond the step's start
+    measured: int  # bytes: one step's measured peak, whole: what it began holding included
     seconds: float  # the compile and the two steps
+    start: int = 0  # bytes: what the measured step held as it began
 
 
 @dataclass
 class Fit:
     memory_budget: int  # bytes: what to give use(memory_budget=...) for this compile
-    budget: int  # bytes: what the step must measure within
+    budget: int  # bytes: what the whole step must measure within
     attempts: list[Attempt] = field(default_factory=list)
 
     @property
@@ -77,31 +80,76 @@ class BudgetNotMet(MemoryError):
         )
 
 
+class _KeptState:
+    """The model's parameters and buffers and the optimizer's state, copied to host memory
+    (where the measured device does not see them), put back after each attempt's steps."""
+
+    def __init__(self, model: Any, optimizer: torch.optim.Optimizer | None) -> None:
+        tensors: dict[int, torch.Tensor] = {}
+        if isinstance(model, torch.nn.Module):
+            # The parameters change only under an optimizer; buffers (BatchNorm's) at every step.
+            kept = [*model.buffers(), *(model.parameters() if optimizer is not None else ())]
+            tensors.update((id(t), t) for t in kept)
+        if optimizer is not None:
+            for group in optimizer.param_groups:
+                tensors.update((id(p), p) for p in group["params"])
+        self._values = [(t, t.detach().to("cpu", copy=True)) for t in tensors.values()]
+        self._optimizer = optimizer
+        self._state = None if optimizer is None else _to_host(optimizer.state_dict())
+
+    def restore(self) -> None:
+        with torch.no_grad():
+            for tensor, value in self._values:
+                tensor.copy_(value)
+        if self._optimizer is not None:
+            # A fresh copy each time: load_state_dict keeps tensors already on their device.
+            self._optimizer.load_state_dict(_to_host(self._state))
+
+    def __enter__(self) -> "_KeptState":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.restore()
+
+
+def _to_host(value: Any) -> Any:
+    return torch.utils._pytree.tree_map(
+        lambda v: v.detach().to("cpu", copy=True) if isinstance(v, torch.Tensor) else v, value
+    )
+
+
 def fit(
     model: Callable[..., Any],
     *example_inputs: Any,
     memory_budget: int | float | str,
+    optimizer: torch.optim.Optimizer | None = None,
     backend: str = "inductor",
     loss: Callable[[Any], torch.Tensor] | None = None,
     max_attempts: int = 6,
     verbose: bool = True,
     **example_kwargs: Any,
 ) -> Fit:
-    """The ``use(memory_budget=...)`` target under which ``loss(model(*example_inputs))``,
-    compiled with `backend`, measures within `memory_budget` on one step.
+    """The ``use(memory_budget=...)`` target under which a training step of `model`, compiled
+    with `backend`, measures within `memory_budget`: the whole step's peak on the device.
 
-    It compiles at the budget, measures one step, and while the step is over it compiles again
-    at a lower target (the plan's prediction less the excess it measured, or the least plan);
-    each attempt is one compile and two steps (see the module docstring). When every plan is
-    predicted over the budget, the least plan is still compiled and measured once, if its
-    prediction is at most twice the budget (a step can measure under its prediction). Gradients are
-    cleared after each step; ``torch._dynamo.reset()`` runs before each compile.
+    A step is ``loss(model(*example_inputs)).backward()``, then ``optimizer.step()`` when
+    `optimizer` is given. Its peak counts what it holds as it begins (parameters, buffers, the
+    inputs, the optimizer's state) and everything it allocates. It compiles at the budget less
+    what the step begins holding, measures one step, and while the step is over it compiles
+    again at a lower target (the plan's prediction less the excess it measured, or the least
+    plan); each attempt is one compile and two steps. When every plan is predicted over the
+    budget, the least plan is still compiled and measured once, if its prediction is at most
+    twice the budget (a step can measure under its prediction). The parameters and the
+    optimizer's state are put back as they were after each attempt, and gradients cleared;
+    ``torch._dynamo.reset()`` runs before each compile.
 
     Args:
         model: the model (or any callable) to compile.
         *example_inputs: its positional arguments.
-        memory_budget: the step's peak as measured beyond what it holds when it begins
-            (parameters, inputs and optimizer state are not counted), in bytes or with a unit.
+        memory_budget: the whole training step's peak on the inputs' device, in bytes or with
+            a unit ("6GiB").
+        optimizer: the optimizer that trains the model: its step and its state are measured
+            with the step (None: the step ends with the backward).
         backend: torch.compile's backend.
         loss: turns the output into the loss (default: the sum of its tensors that need
             gradients).
@@ -110,66 +158,89 @@ def fit(
         **example_kwargs: its keyword arguments.
 
     Returns:
-        The fit: ``memory_budget`` (the target to give ``use()``), the step's ``measured``
-        peak, and every attempt.
+        The fit: ``memory_budget`` (the target to give ``use()``, which counts a graph's peak
+        beyond the step's start), the step's ``measured`` peak, and every attempt.
 
     Raises:
         BudgetNotMet: no attempt measured within the budget; it names the least measured peak.
 
     Example:
         ```python
-        fitted = remat.torch.fit(model, x, memory_budget="6GiB", loss=loss_fn)
+        fitted = remat.torch.fit(model, x, memory_budget="6GiB", optimizer=opt, loss=loss_fn)
         with remat.torch.use(memory_budget=fitted.memory_budget):
             train_step(x).backward()
         ```
     """
-    from .tradeoff_curve import _default_loss, compile_and_measure
+    from .measure import held_at_start
+    from .tradeoff_curve import _clear_grads, _default_loss, _device_of, compile_and_measure
 
     budget = parse_bytes(memory_budget)
     loss = loss or _default_loss
     attempts: list[Attempt] = []
-    target = budget
-    for _ in range(max_attempts):
-        started = time.perf_counter()
-        try:
-            solver, measured = compile_and_measure(
-                model, loss, example_inputs, example_kwargs, backend, target
-            )
-        except BudgetTooSmall as error:
-            torch._dynamo.reset()
-            tried = {attempt.target for attempt in attempts}
-            # The least plan, once: after an excess overshot it, or first when every plan is
-            # predicted over the budget, since a compiled step can measure well under the
-            # prediction (inductor: 0.72-0.82 of it on small MLPs). Not past twice the budget.
-            if error.least_peak not in tried and error.least_peak <= 2 * budget:
-                target = error.least_peak
-                continue
-            why = (
-                f"no plan is predicted within {format_bytes(target)} (the least predicted peak "
-                f"of this compile is {format_bytes(error.least_peak)})"
-            )
-            raise BudgetNotMet(budget, attempts, why) from error
-        if not solver.choices or solver.choices[0].chosen is None:
-            raise RuntimeError(
-                "remat.torch.fit: torch.compile partitioned no graph with recomputable ops"
-            )
-        predicted = max(choice.chosen.peak.peak for choice in solver.choices if choice.chosen)
-        attempts.append(Attempt(target, predicted, measured, time.perf_counter() - started))
-        if verbose:
-            print(
-                f"remat.torch.fit: target {format_bytes(target)}: predicted "
-                f"{format_bytes(predicted)}, measured {format_bytes(measured)} "
-                f"({attempts[-1].seconds:.1f} s)",
-                file=sys.stderr,
-                flush=True,
-            )
-        if measured <= budget:
-            torch._dynamo.reset()
-            FITTED_TARGETS.add(target)
-            return Fit(memory_budget=target, budget=budget, attempts=attempts)
-        # The next plan must shed at least what this one measured over the budget.
-        target = min(target, predicted) - (measured - budget)
-        if target <= 0:
-            break
+    device = _device_of(example_inputs, example_kwargs)
+    _clear_grads(model)  # as after each of its steps: the steps it measures begin without them
+    start = held_at_start(device, model, optimizer, example_inputs, example_kwargs)
+    if start >= budget:
+        raise BudgetNotMet(
+            budget,
+            attempts,
+            f"the step holds {format_bytes(start)} ({start} bytes) before it begins "
+            "(parameters, buffers, inputs, optimizer state)",
+        )
+    target = budget - start
+    with _KeptState(model, optimizer) as kept:
+        for _ in range(max_attempts):
+            started = time.perf_counter()
+            try:
+                solver, beyond, start = compile_and_measure(
+                    model,
+                    loss,
+                    example_inputs,
+                    example_kwargs,
+                    backend,
+                    target,
+                    optimizer=optimizer,
+                )
+            except BudgetTooSmall as error:
+                torch._dynamo.reset()
+                tried = {attempt.target for attempt in attempts}
+                # The least plan, once: after an excess overshot it, or first when every plan is
+                # predicted over the budget, since a compiled step can measure well under the
+                # prediction (inductor: 0.72-0.82 of it on small MLPs). Not past twice the budget.
+                if error.least_peak not in tried and error.least_peak <= 2 * (budget - start):
+                    target = error.least_peak
+                    continue
+                why = (
+                    f"no plan is predicted within {format_bytes(target)} beyond the "
+                    f"{format_bytes(start)} the step begins holding (the least predicted peak of "
+                    f"this compile is {format_bytes(error.least_peak)})"
+                )
+                raise BudgetNotMet(budget, attempts, why) from error
+            finally:
+                kept.restore()
+            if not solver.choices or solver.choices[0].chosen is None:
+                raise RuntimeError(
+                    "remat.torch.fit: torch.compile partitioned no graph with recomputable ops"
+                )
+            predicted = max(choice.chosen.peak.peak for choice in solver.choices if choice.chosen)
+            measured = start + beyond
+            seconds = time.perf_counter() - started
+            attempts.append(Attempt(target, predicted, measured, seconds, start))
+            if verbose:
+                print(
+                    f"remat.torch.fit: target {format_bytes(target)}: predicted "
+                    f"{format_bytes(start + predicted)}, measured {format_bytes(measured)} "
+                    f"({seconds:.1f} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            if measured <= budget:
+                torch._dynamo.reset()
+                FITTED_TARGETS.add(target)
+                return Fit(memory_budget=target, budget=budget, attempts=attempts)
+            # The next plan must shed at least what this one measured over the budget.
+            target = min(target, predicted) - (measured - budget)
+            if target <= 0:
+                break
     torch._dynamo.reset()
     raise BudgetNotMet(budget, attempts, "every plan tried measured over it")

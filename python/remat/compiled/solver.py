@@ -325,9 +325,9 @@ class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
         self.warn_on_inductor = False
         warnings.warn(
             "remat.torch.use(memory_budget=...): inductor compiles this graph, and remat "
-            "predicts its peak in aot_eager's order; inductor's kernels can hold buffers longer "
-            "(up to 16% over the prediction on the bench's Llama-style model, "
-            "docs/compile.md). To hold the budget as measured, give use() the target "
+            "predicts its peak in aot_eager's order; inductor's kernels can hold buffers longer, "
+            "so a step can measure over the budget (docs/compile.md). To hold the budget as "
+            "measured, give use() the target "
             "remat.torch.fit(model, example_input, memory_budget=..., loss=...) finds",
             stacklevel=2,
         )

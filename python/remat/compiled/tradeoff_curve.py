@@ -19,7 +19,7 @@ from torch._functorch import config as functorch_config
 from ..units import format_bytes
 from . import survey
 from .budget import Candidate, GraphChoice
-from .measure import measured_peak
+from .measure import held_at_start, measured_peak
 from .solver import use
 
 
@@ -40,6 +40,9 @@ class Tradeoff:
     graphs: int  # compiled graphs; the curve is the first one's
     backend: str
     measured: list[int] = field(default_factory=list)  # indices into points that were measured
+    # Bytes the step holds as it begins (the model's parameters and buffers, the inputs): a
+    # point's whole-step peak, as fit() and auto_checkpoint count it, is this plus its peak.
+    start_bytes: int = 0
 
     @property
     def curve(self) -> list[TradeoffPoint]:
@@ -50,6 +53,8 @@ class Tradeoff:
         lines = [
             f"remat.torch.tradeoff ({self.backend}; recompute in {self.runtime_unit}; "
             f"* = on the curve)",
+            f"  peaks beyond the {format_bytes(self.start_bytes)} the step begins holding "
+            "(parameters, buffers, inputs)",
             f"{'':2}{'predicted peak':>16} {'measured':>12} {'saved':>12} "
             f"{'recompute':>12} {'ops':>5}",
         ]
@@ -147,6 +152,8 @@ def tradeoff(
 
     say = _progress(verbose)
     torch._dynamo.reset()
+    device = _device_of(example_inputs, example_kwargs)
+    start_bytes = held_at_start(device, model, example_inputs, example_kwargs)
     say(f"compiling ({backend}) and predicting every plan's peak")
     started = time.perf_counter()
     # A cache hit would skip the partitioner, and with it the survey.
@@ -169,6 +176,7 @@ def tradeoff(
         runtime_unit="flops" if estimator == "flops" else str(estimator),
         graphs=len(solver.choices),
         backend=backend,
+        start_bytes=start_bytes,
     )
     first = solver.choices[0]
     survey.remember(first.graph_key, min(p.predicted_peak for p in result.points), backend)
@@ -193,7 +201,7 @@ def tradeoff(
         for number, index in enumerate(picks, 1):
             point = result.points[index]
             started = time.perf_counter()
-            _, peak = compile_and_measure(
+            _, peak, _ = compile_and_measure(
                 model,
                 loss,
                 example_inputs,
@@ -221,23 +229,33 @@ def compile_and_measure(
     backend: str,
     memory_budget: int,
     max_candidates: int = 33,
-) -> tuple[Any, int]:
+    optimizer: torch.optim.Optimizer | None = None,
+) -> tuple[Any, int, int]:
     """``loss(model(*args, **kwargs))`` compiled with ``backend`` under
-    ``use(memory_budget=...)``, its step run once to compile and once measured, gradients
-    cleared after each: the solver (with its choices) and the measured peak. Resets dynamo
-    first, since its caches do not see the budget, and compiles past AOTAutograd's cache, whose
-    hit would skip the partitioner. BudgetTooSmall propagates."""
+    ``use(memory_budget=...)``, its step run once to compile and once measured: the solver (with
+    its choices), the measured step's peak beyond what it held as it began, and what it held
+    then. A step is the backward, then `optimizer`'s step when given (whose state the first
+    step creates, so that the measured one begins holding it); gradients are cleared after each.
+    Resets dynamo first, since its caches do not see the budget, and compiles past
+    AOTAutograd's cache, whose hit would skip the partitioner. BudgetTooSmall propagates."""
 
     torch._dynamo.reset()
+    device = _device_of(args, kwargs)
     no_cache = functorch_config.patch(enable_autograd_cache=False)
     with no_cache, use(memory_budget=memory_budget, max_candidates=max_candidates) as solver:
         solver.warn_on_inductor = False  # this step is measured
         compiled = torch.compile(_training_loss(model, loss), backend=backend)
-        compiled(*args, **kwargs).backward()
-        _clear_grads(model)
-        peak = measured_peak(lambda: compiled(*args, **kwargs).backward(), _device_of(args, kwargs))
-        _clear_grads(model)
-    return solver, peak
+
+        def train_step() -> None:
+            compiled(*args, **kwargs).backward()
+            if optimizer is not None:
+                optimizer.step()
+            _clear_grads(model)
+
+        train_step()
+        start = held_at_start(device, model, optimizer, args, kwargs)
+        peak = measured_peak(train_step, device)
+    return solver, peak, start
 
 
 def _training_loss(

@@ -23,7 +23,7 @@ from typing import Any, Iterator
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack, _pop_mode, _push_mode
 
-from ...step_memory import _held_tensors, _LiveStorages, _storages, reset_cuda_peak
+from ...step_memory import _LiveStorages, reset_cuda_peak
 
 # Where a step is: ("pre",) before the blocks' forward; ("forward", i) in block call i's
 # forward; ("after", i) after it (the last: the head and the loss, up to the blocks' backward);
@@ -44,17 +44,6 @@ class StepRecord:
     @property
     def peak_bytes(self) -> int:
         return max([self.start_bytes, *(peak for _, peak in self.parts)])
-
-
-def held_bytes(*held: Any, device: torch.device) -> int:
-    """The bytes of the distinct storages of `held` (modules, optimizers, tensors) on
-    `device`'s type: what a step begins with, on a device whose allocator cannot say."""
-    seen: dict[int, int] = {}
-    for tensor in _held_tensors(held):
-        for storage in _storages(tensor):
-            if storage.device.type == device.type:
-                seen[storage._cdata] = storage.nbytes()
-    return sum(seen.values())
 
 
 class StepSegments:

@@ -26,7 +26,8 @@ from torch.optim.optimizer import (
 )
 
 from ... import _distributed
-from ..measuring.step_segments import StepRecord, StepSegments, held_bytes
+from ...step_memory import held_bytes
+from ..measuring.step_segments import StepRecord, StepSegments
 from ..planning.step_budget import (
     StepFigures,
     agree_on_figures,
