@@ -32,7 +32,8 @@ struct KnapsackResult {
   // Which algorithm decided: "all_fit", "expanding_core", "meet_in_the_middle", "table",
   // "greedy", or parts joined by '+': where the plan came from ("expanding_core",
   // "core_enumeration", "state_pairing", "greedy"), "cardinality_bound" when that bound proved
-  // it, and a leading "duplicates_bundled" when identical items were bundled (README).
+  // it, and a leading "duplicates_bundled" when identical items were bundled
+  // (docs/design/knapsack.md).
   std::string path;
 };
 

@@ -74,6 +74,9 @@ def shell_commands(code: str) -> str:
 
 def _environment(remat_bin: pathlib.Path) -> dict[str, str]:
     env = dict(os.environ, MPLBACKEND="Agg")
+    # This test environment's torchvision wheel needs a shim before transformers imports it.
+    site = str(pathlib.Path(__file__).parent / "docs_site")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [site, env.get("PYTHONPATH")]))
     env["PATH"] = f"{remat_bin.parent}{os.pathsep}{env.get('PATH', '')}"
     return env
 
