@@ -20,6 +20,8 @@ def describe(value: Any) -> str:
         return "an array"
     if isinstance(value, dict):
         return "an object"
+    if isinstance(value, numbers.Number):
+        return "a number"
     return f"a {type(value).__name__}"
 
 

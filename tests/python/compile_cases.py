@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+import pytest
 import torch
 import torch._functorch.config as functorch_config
 
@@ -13,7 +14,7 @@ from conftest import ROOT
 sys.path.insert(0, str(ROOT / "examples"))
 import models  # noqa: E402
 import remat.torch as rt  # noqa: E402
-from remat.compiled import measured_peak  # noqa: E402
+from remat.compiled import measured_peak, survey  # noqa: E402
 
 MODELS = {
     "gpt": lambda: models.make_gpt(depth=2, width=64, heads=4, seq=32, batch=4, dropout=0.0),
@@ -67,3 +68,11 @@ def budgets_across(result, count=5):
     if high == low:
         high = int(low * 1.2)
     return [int(high * 1.01 - (high * 1.01 - low) * k / (count - 1)) for k in range(count)]
+
+
+@pytest.fixture(autouse=True)
+def no_survey_left_behind():
+    """A survey is remembered for the process (see remat.compiled.survey): one test's curve
+    must not make another test's compiles warn. Autouse where a test module imports it."""
+    yield
+    survey.forget()

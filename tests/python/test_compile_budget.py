@@ -25,12 +25,13 @@ from conftest import ROOT  # noqa: E402
 sys.path.insert(0, str(ROOT / "examples"))
 import models  # noqa: E402
 import remat.torch as rt  # noqa: E402
-from compile_cases import (  # noqa: E402
+from compile_cases import (  # noqa: E402, F401  (no_survey_left_behind: an autouse fixture)
     MODELS,
     budgets_across,
     build,
     compiled_run,
     grads,
+    no_survey_left_behind,
     step,
     with_loss,
 )
@@ -49,14 +50,6 @@ def curve(request):
     result = rt.tradeoff(model, x, backend="aot_eager", measure=0, loss=models.loss)
     torch._dynamo.reset()
     return request.param, result
-
-
-@pytest.fixture(autouse=True)
-def _no_survey_left_behind():
-    """A survey is remembered for the process (see remat.compiled.survey): one test's curve
-    must not make another test's compiles warn."""
-    yield
-    survey.forget()
 
 
 def test_byte_budgets_hold_and_the_measured_peak_falls_with_the_budget(curve):

@@ -18,17 +18,17 @@ from conftest import ROOT  # noqa: E402
 sys.path.insert(0, str(ROOT / "examples"))
 import models  # noqa: E402
 import remat.torch as rt  # noqa: E402
-from compile_cases import MODELS, build, compiled_run, grads, step, with_loss  # noqa: E402
-from remat.compiled import measured_peak, survey  # noqa: E402
+from compile_cases import (  # noqa: E402, F401  (no_survey_left_behind: an autouse fixture)
+    MODELS,
+    build,
+    compiled_run,
+    grads,
+    no_survey_left_behind,
+    step,
+    with_loss,
+)
+from remat.compiled import measured_peak  # noqa: E402
 from remat.compiled.measure import held_at_start  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _no_survey_left_behind():
-    """A survey is remembered for the process (see remat.compiled.survey): one test's curve
-    must not make another test's compiles warn."""
-    yield
-    survey.forget()
 
 
 def test_fit_finds_a_budget_that_holds_as_measured_on_inductor(capsys):

@@ -232,23 +232,13 @@ def _package_classes() -> set[str]:
     return {c.name for path in PACKAGE.rglob("*.py") for c in _classes(path)}
 
 
-def _stored_on_self(node: ast.AST) -> set[str]:
+def _on_self(node: ast.AST, context: type[ast.expr_context]) -> set[str]:
+    """The `self.x` names `node` stores (ast.Store) or reads (ast.Load)."""
     return {
         n.attr
         for n in ast.walk(node)
         if isinstance(n, ast.Attribute)
-        and isinstance(n.ctx, ast.Store)
-        and isinstance(n.value, ast.Name)
-        and n.value.id == "self"
-    }
-
-
-def _read_on_self(node: ast.AST) -> set[str]:
-    return {
-        n.attr
-        for n in ast.walk(node)
-        if isinstance(n, ast.Attribute)
-        and isinstance(n.ctx, ast.Load)
+        and isinstance(n.ctx, context)
         and isinstance(n.value, ast.Name)
         and n.value.id == "self"
     }
@@ -272,7 +262,7 @@ def test_each_part_sets_its_state_in_its_own_init_and_reads_only_its_own():
             init = next((n for n in c.body if getattr(n, "name", None) == "__init__"), None)
             if init is None:
                 continue  # a dataclass or a class of methods only
-            declared = _stored_on_self(init) | {
+            declared = _on_self(init, ast.Store) | {
                 n.name for n in c.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
             }
             declared |= {n.target.id for n in c.body if isinstance(n, ast.AnnAssign)}
@@ -283,8 +273,8 @@ def test_each_part_sets_its_state_in_its_own_init_and_reads_only_its_own():
                 for t in n.targets
                 if isinstance(t, ast.Name)
             }
-            stored = _stored_on_self(c) - _stored_on_self(init)
-            read = _read_on_self(c)
+            stored = _on_self(c, ast.Store) - _on_self(init, ast.Store)
+            read = _on_self(c, ast.Load)
             assert stored <= declared, (
                 f"{path.name}: {c.name} sets {sorted(stored - declared)} outside __init__"
             )

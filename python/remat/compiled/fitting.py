@@ -104,6 +104,8 @@ class _KeptState:
         if self._optimizer is not None:
             # A fresh copy each time: load_state_dict keeps tensors already on their device.
             self._optimizer.load_state_dict(_to_host(self._state))
+            if self._state is not None and not self._state["state"]:
+                self._optimizer.state.clear()  # older torch keeps the state an empty one adds to
 
     def __enter__(self) -> "_KeptState":
         return self

@@ -159,8 +159,9 @@ def measure(
         model: the model, called as in training.
         *args: its positional arguments.
         blocks: which blocks, as :func:`auto_checkpoint` takes them (default: found).
-        loss_fn: turns the model's output into the loss (default: its mean, or the ``loss``
-            of a Hugging Face output).
+        loss_fn: turns the model's output into the loss (default: the sum of its floating
+            tensors that need gradients; pass ``lambda out: out.loss`` for a Hugging Face
+            output).
         optimizer: the optimizer that will train the model, whose step (and the state it
             creates) is measured with the rest of the step, then undone: the parameters,
             their gradients and its state are left as they were.
