@@ -43,6 +43,17 @@ def _first(run: dict, model: str) -> float:
     return op["first_s"] / op["later_s"]
 
 
+def _per_model(title: str, pairs: list[tuple[dict, dict]], models: list[str], cell) -> list[str]:
+    """A table of one figure per model: old / new, a column per pair."""
+    lines = ["", title, ""]
+    lines += ["| model | " + " | ".join(f"pair {i + 1}" for i in range(len(pairs))) + " |"]
+    lines += ["| --- |" + " ---: |" * len(pairs)]
+    for model in models:
+        cells = [f"{cell(old, model)} / {cell(new, model)}" for old, new in pairs]
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def report(pairs: list[tuple[dict, dict]], names: list[str]) -> str:
     lines = [f"# A/B of bench/zoo.py: {names[0]} against {names[1]}", ""]
     lines += [f"Pairs run back to back: {len(pairs)}. Each cell: old / new, per pair.", ""]
@@ -69,18 +80,18 @@ def report(pairs: list[tuple[dict, dict]], names: list[str]) -> str:
                 f"- between {label}'s own first two runs: {apart} of "
                 f"{len(first.keys() & second.keys())} different"
             )
-    lines += ["", "remat's step / HF checkpointing's, at HF's step peak:", ""]
-    lines += ["| model | " + " | ".join(f"pair {i + 1}" for i in range(len(pairs))) + " |"]
-    lines += ["| --- |" + " ---: |" * len(pairs)]
-    for model in pairs[0][0]["decoders"]:
-        cells = [f"{_ratio(old, model):.3f} / {_ratio(new, model):.3f}" for old, new in pairs]
-        lines.append(f"| {model} | " + " | ".join(cells) + " |")
-    lines += ["", "First step / later step (op level, median over fresh handles):", ""]
-    lines += ["| model | " + " | ".join(f"pair {i + 1}" for i in range(len(pairs))) + " |"]
-    lines += ["| --- |" + " ---: |" * len(pairs)]
-    for model in pairs[0][0]["first_steps"]:
-        cells = [f"{_first(old, model):.2f} / {_first(new, model):.2f}" for old, new in pairs]
-        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    lines += _per_model(
+        "remat's step / HF checkpointing's, at HF's step peak:",
+        pairs,
+        list(pairs[0][0]["decoders"]),
+        lambda run, model: f"{_ratio(run, model):.3f}",
+    )
+    lines += _per_model(
+        "First step / later step (op level, median over fresh handles):",
+        pairs,
+        list(pairs[0][0]["first_steps"]),
+        lambda run, model: f"{_first(run, model):.2f}",
+    )
     return "\n".join(lines) + "\n"
 
 
