@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 import models  # noqa: E402
 import remat.torch as rt  # noqa: E402
 from remat.compiled import measured_peak  # noqa: E402
-from remat.compiled.measure import held_at_start  # noqa: E402
+from remat.step_memory import held_at_start  # noqa: E402
 from remat.units import format_bytes  # noqa: E402
 
 SIZES = {

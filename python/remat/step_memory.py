@@ -24,11 +24,12 @@ the meter is active (a tensor made from a NumPy array) are not seen.
 
 from __future__ import annotations
 
+import copy
 import functools
 import sys
 import threading
 import weakref
-from typing import Any
+from typing import Any, Iterable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -179,6 +180,51 @@ def held_bytes(*held: Any, device: torch.device) -> int:
             if storage.device.type == device.type:
                 seen[storage._cdata] = storage.nbytes()
     return sum(seen.values())
+
+
+def held_at_start(device: torch.device | str, *held: Any) -> int:
+    """What a step holds on `device` as it begins: on CUDA, every byte the process has
+    allocated there; on the CPU, the distinct storages of `held` (modules, optimizers, tensors;
+    None is skipped), since the CPU allocator keeps no count."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.memory_allocated(device)
+    return held_bytes(*[h for h in held if h is not None], device=device)
+
+
+class HostCopy:
+    """Tensors' values and an optimizer's state, copied to host memory (where a measured device
+    does not see them), to put back after steps that measure but must not train."""
+
+    def __init__(
+        self, tensors: Iterable[torch.Tensor], optimizer: torch.optim.Optimizer | None = None
+    ) -> None:
+        unique = {id(t): t for t in tensors}
+        self._values = [(t, t.detach().to("cpu", copy=True)) for t in unique.values()]
+        self._optimizer = optimizer
+        self._state = None if optimizer is None else _to_host(optimizer.state_dict())
+
+    def restore(self, again: bool = True) -> None:
+        """Puts the values and the state back; `again`: this copy will be restored again (the
+        optimizer gets a fresh copy of the state, since load_state_dict keeps tensors already on
+        their device), else it hands over its own."""
+        with torch.no_grad():
+            for tensor, value in self._values:
+                tensor.copy_(value)
+        if self._optimizer is not None and self._state is not None:
+            self._optimizer.load_state_dict(_to_host(self._state) if again else self._state)
+            if not self._state["state"]:
+                self._optimizer.state.clear()  # older torch keeps the state an empty one adds to
+
+
+def _to_host(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {k: _to_host(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_host(v) for v in value)
+    return copy.deepcopy(value)
 
 
 # The CUDA meters now open, by device: remat's own measuring resets the allocator's peak

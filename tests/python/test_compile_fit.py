@@ -28,7 +28,7 @@ from compile_cases import (  # noqa: E402, F401  (no_survey_left_behind: an auto
     with_loss,
 )
 from remat.compiled import measured_peak  # noqa: E402
-from remat.compiled.measure import held_at_start  # noqa: E402
+from remat.step_memory import held_at_start  # noqa: E402
 
 
 def test_fit_finds_a_budget_that_holds_as_measured_on_inductor(capsys):

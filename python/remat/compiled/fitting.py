@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..step_memory import HostCopy, held_at_start
 from ..units import format_bytes, parse_bytes
 from .budget import BudgetTooSmall
 from .solver import FITTED_TARGETS
@@ -80,44 +81,15 @@ class BudgetNotMet(MemoryError):
         )
 
 
-class _KeptState:
-    """The model's parameters and buffers and the optimizer's state, copied to host memory
-    (where the measured device does not see them), put back after each attempt's steps."""
-
-    def __init__(self, model: Any, optimizer: torch.optim.Optimizer | None) -> None:
-        tensors: dict[int, torch.Tensor] = {}
-        if isinstance(model, torch.nn.Module):
-            # The parameters change only under an optimizer; buffers (BatchNorm's) at every step.
-            kept = [*model.buffers(), *(model.parameters() if optimizer is not None else ())]
-            tensors.update((id(t), t) for t in kept)
-        if optimizer is not None:
-            for group in optimizer.param_groups:
-                tensors.update((id(p), p) for p in group["params"])
-        self._values = [(t, t.detach().to("cpu", copy=True)) for t in tensors.values()]
-        self._optimizer = optimizer
-        self._state = None if optimizer is None else _to_host(optimizer.state_dict())
-
-    def restore(self) -> None:
-        with torch.no_grad():
-            for tensor, value in self._values:
-                tensor.copy_(value)
-        if self._optimizer is not None:
-            # A fresh copy each time: load_state_dict keeps tensors already on their device.
-            self._optimizer.load_state_dict(_to_host(self._state))
-            if self._state is not None and not self._state["state"]:
-                self._optimizer.state.clear()  # older torch keeps the state an empty one adds to
-
-    def __enter__(self) -> "_KeptState":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.restore()
-
-
-def _to_host(value: Any) -> Any:
-    return torch.utils._pytree.tree_map(
-        lambda v: v.detach().to("cpu", copy=True) if isinstance(v, torch.Tensor) else v, value
-    )
+def _training_state(model: Any, optimizer: torch.optim.Optimizer | None) -> HostCopy:
+    """What an attempt's steps change: buffers (BatchNorm's) at every step, the parameters and
+    the optimizer's state under an optimizer."""
+    tensors: list[torch.Tensor] = []
+    if isinstance(model, torch.nn.Module):
+        tensors += [*model.buffers(), *(model.parameters() if optimizer is not None else ())]
+    if optimizer is not None:
+        tensors += [p for group in optimizer.param_groups for p in group["params"]]
+    return HostCopy(tensors, optimizer)
 
 
 def fit(
@@ -173,7 +145,6 @@ def fit(
             train_step(x).backward()
         ```
     """
-    from .measure import held_at_start
     from .tradeoff_curve import _clear_grads, _default_loss, _device_of, compile_and_measure
 
     budget = parse_bytes(memory_budget)
@@ -190,59 +161,59 @@ def fit(
             "(parameters, buffers, inputs, optimizer state)",
         )
     target = budget - start
-    with _KeptState(model, optimizer) as kept:
-        for _ in range(max_attempts):
-            started = time.perf_counter()
-            try:
-                solver, beyond, start = compile_and_measure(
-                    model,
-                    loss,
-                    example_inputs,
-                    example_kwargs,
-                    backend,
-                    target,
-                    optimizer=optimizer,
-                )
-            except BudgetTooSmall as error:
-                torch._dynamo.reset()
-                tried = {attempt.target for attempt in attempts}
-                # The least plan, once: after an excess overshot it, or first when every plan is
-                # predicted over the budget, since a compiled step can measure well under the
-                # prediction (inductor: 0.72-0.82 of it on small MLPs). Not past twice the budget.
-                if error.least_peak not in tried and error.least_peak <= 2 * (budget - start):
-                    target = error.least_peak
-                    continue
-                why = (
-                    f"no plan is predicted within {format_bytes(target)} beyond the "
-                    f"{format_bytes(start)} the step begins holding (the least predicted peak of "
-                    f"this compile is {format_bytes(error.least_peak)})"
-                )
-                raise BudgetNotMet(budget, attempts, why) from error
-            finally:
-                kept.restore()
-            if not solver.choices or solver.choices[0].chosen is None:
-                raise RuntimeError(
-                    "remat.torch.fit: torch.compile partitioned no graph with recomputable ops"
-                )
-            predicted = max(choice.chosen.peak.peak for choice in solver.choices if choice.chosen)
-            measured = start + beyond
-            seconds = time.perf_counter() - started
-            attempts.append(Attempt(target, predicted, measured, seconds, start))
-            if verbose:
-                print(
-                    f"remat.torch.fit: target {format_bytes(target)}: predicted "
-                    f"{format_bytes(start + predicted)}, measured {format_bytes(measured)} "
-                    f"({seconds:.1f} s)",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            if measured <= budget:
-                torch._dynamo.reset()
-                FITTED_TARGETS.add(target)
-                return Fit(memory_budget=target, budget=budget, attempts=attempts)
-            # The next plan must shed at least what this one measured over the budget.
-            target = min(target, predicted) - (measured - budget)
-            if target <= 0:
-                break
+    kept = _training_state(model, optimizer)  # put back after each attempt
+    for _ in range(max_attempts):
+        started = time.perf_counter()
+        try:
+            solver, beyond, start = compile_and_measure(
+                model,
+                loss,
+                example_inputs,
+                example_kwargs,
+                backend,
+                target,
+                optimizer=optimizer,
+            )
+        except BudgetTooSmall as error:
+            torch._dynamo.reset()
+            tried = {attempt.target for attempt in attempts}
+            # The least plan, once: after an excess overshot it, or first when every plan is
+            # predicted over the budget, since a compiled step can measure well under the
+            # prediction (inductor: 0.72-0.82 of it on small MLPs). Not past twice the budget.
+            if error.least_peak not in tried and error.least_peak <= 2 * (budget - start):
+                target = error.least_peak
+                continue
+            why = (
+                f"no plan is predicted within {format_bytes(target)} beyond the "
+                f"{format_bytes(start)} the step begins holding (the least predicted peak of "
+                f"this compile is {format_bytes(error.least_peak)})"
+            )
+            raise BudgetNotMet(budget, attempts, why) from error
+        finally:
+            kept.restore()
+        if not solver.choices or solver.choices[0].chosen is None:
+            raise RuntimeError(
+                "remat.torch.fit: torch.compile partitioned no graph with recomputable ops"
+            )
+        predicted = max(choice.chosen.peak.peak for choice in solver.choices if choice.chosen)
+        measured = start + beyond
+        seconds = time.perf_counter() - started
+        attempts.append(Attempt(target, predicted, measured, seconds, start))
+        if verbose:
+            print(
+                f"remat.torch.fit: target {format_bytes(target)}: predicted "
+                f"{format_bytes(start + predicted)}, measured {format_bytes(measured)} "
+                f"({seconds:.1f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+        if measured <= budget:
+            torch._dynamo.reset()
+            FITTED_TARGETS.add(target)
+            return Fit(memory_budget=target, budget=budget, attempts=attempts)
+        # The next plan must shed at least what this one measured over the budget.
+        target = min(target, predicted) - (measured - budget)
+        if target <= 0:
+            break
     torch._dynamo.reset()
     raise BudgetNotMet(budget, attempts, "every plan tried measured over it")

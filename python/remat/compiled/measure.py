@@ -9,11 +9,9 @@ signed byte count, and the peak is the highest running sum.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import torch
-
-from ..step_memory import held_bytes
 
 
 def measured_peak(step: Callable[[], object], device: torch.device | str = "cpu") -> int:
@@ -41,14 +39,3 @@ def measured_peak(step: Callable[[], object], device: torch.device | str = "cpu"
         running += event.nbytes()
         peak = max(peak, running)
     return peak
-
-
-def held_at_start(device: torch.device | str, *held: Any) -> int:
-    """What a step holds on `device` as it begins: on CUDA, every byte the process has
-    allocated there; on the CPU, the distinct storages of `held` (the model, its optimizer,
-    the inputs), since the CPU allocator keeps no count."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        return torch.cuda.memory_allocated(device)
-    return held_bytes(*[h for h in held if h is not None], device=device)

@@ -16,10 +16,11 @@ from typing import Any, Callable, Sequence
 import torch
 from torch._functorch import config as functorch_config
 
+from ..step_memory import held_at_start
 from ..units import format_bytes
 from . import survey
 from .budget import Candidate, GraphChoice
-from .measure import held_at_start, measured_peak
+from .measure import measured_peak
 from .solver import use
 
 

@@ -50,8 +50,7 @@ class CallRunner:
         to warn when one changes in place (not for a region whose input leaves the device).
         `watch`: a context entered around the region's forward (the first step's CallWatch),
         not around its re-run in backward."""
-        self.running.inside += 1
-        try:
+        with self.running.inside_block():
             if not checkpointed:
                 return original(*args, **kwargs)
             names, count = list(kwargs), len(args)  # not args: the closure would hold them
@@ -90,8 +89,6 @@ class CallRunner:
                 inputs = [(t, t._version) for t in _tensors((args, kwargs))]
                 self.running.step.region_inputs.append((self.name(module), inputs))
             return out
-        finally:
-            self.running.inside -= 1
 
     def check_region_inputs(self, step: _Step) -> None:
         """A region re-runs its block in backward from the inputs it was given; one changed in

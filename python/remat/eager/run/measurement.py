@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 from dataclasses import dataclass
@@ -12,6 +11,7 @@ import torch
 from torch import nn
 
 from ... import _distributed
+from ...step_memory import HostCopy
 from ...units import format_bytes, format_seconds
 from .._runtime import _PreservedState, _synchronize, _tensors, clock
 from ..blocks import Blocks, find_blocks
@@ -297,8 +297,7 @@ def _optimizer_step(
     state it created, and what undoes it (the parameters, their .grad and the optimizer's state
     as they were), to call once the step's measuring has ended."""
     with segments.uncounted():  # copies on the host, not the step's
-        before = _to_host(optimizer.state_dict())
-        held = [p.detach().to("cpu", copy=True) for p in parameters]
+        before = HostCopy(parameters, optimizer)
     own = [p.grad for p in parameters]
     state_before = _state_bytes(optimizer)
     segments.optimizer_begins()
@@ -311,25 +310,7 @@ def _optimizer_step(
         for p, grad in zip(parameters, own):
             p.grad = grad
 
-    def undo() -> None:
-        with torch.no_grad():
-            for p, value in zip(parameters, held):
-                p.copy_(value)
-        optimizer.load_state_dict(before)
-        if not before["state"]:
-            optimizer.state.clear()
-
-    return created, undo
-
-
-def _to_host(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu", copy=True)
-    if isinstance(value, dict):
-        return {k: _to_host(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_to_host(v) for v in value)
-    return copy.deepcopy(value)
+    return created, lambda: before.restore(again=False)
 
 
 def _state_bytes(optimizer: torch.optim.Optimizer) -> int:

@@ -26,7 +26,7 @@ from torch.optim.optimizer import (
 )
 
 from ... import _distributed
-from ...step_memory import held_bytes
+from ...step_memory import held_at_start
 from ..measuring.step_segments import StepRecord, StepSegments
 from ..planning.step_budget import (
     StepFigures,
@@ -198,9 +198,7 @@ class StepBudget:
 
     def start_bytes(self, device: torch.device, held: tuple[Any, ...]) -> int:
         """What a step holds as it begins."""
-        if device.type == "cuda":
-            return torch.cuda.memory_allocated(device)
-        return held_bytes(self._model, *self._optimizers, *held, device=device)
+        return held_at_start(device, self._model, *self._optimizers, *held)
 
     def stale(self, key: Any, start_bytes: int) -> bool:
         """Whether the plan for `key` assumed a smaller start than this step's."""
