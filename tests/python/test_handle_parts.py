@@ -13,6 +13,7 @@ from remat.eager.planning.planner import plan_profile
 from remat.eager.run.agreement import Agreement
 from remat.eager.run.block_planner import BlockPlanner
 from remat.eager.run.call_runner import CallRunner
+from remat.eager.run.measured_step import MeasuredStep
 from remat.eager.run.options import CheckpointOptions
 from remat.eager.run.recorder import StepRecorder
 from remat.eager.run.running import Notices, PlanBook, Running
@@ -136,9 +137,8 @@ def test_the_recorder_measures_each_call_inside_its_region():
     model = _layers()
     running = Running()
     runner = CallRunner(model, running, Notices("test"), lambda m: "block")
-    recorder = StepRecorder(
-        model, CheckpointOptions(granularity="block"), running, runner, None, lambda m: "block"
-    )
+    options = CheckpointOptions(granularity="block")
+    recorder = StepRecorder(model, options, running, runner, lambda: None, lambda m: "block")
     step = running.step = _Step(key=None, plan_key=None, plan=None)
     step.modes = recorder.modes_for(together=False)
     assert recorder.modes_for(together=False) is step.modes  # kept across measuring steps
@@ -166,3 +166,32 @@ def test_the_handle_wires_its_parts_to_one_running_state_and_book():
         assert handle.running.step is None and handle.running.inside == 0
     finally:
         handle.remove()
+
+
+def test_the_measured_step_records_each_block_call_and_unwraps_them_after():
+    model = _layers()
+    blocks = find_blocks(model, list(model))
+    originals = [block.forward for block in model]
+    x = torch.randn(8, 16, requires_grad=True)
+    plain = model(x)
+    with MeasuredStep(model, blocks, None, None, by_parts=True) as measured:
+        out = model(x)  # the step: its blocks run as regions, measured
+        assert measured.ended and measured.segments is not None
+        again = model(x)  # a second call is not measured
+        out.sum().backward()
+        record = measured.finish()
+    assert torch.equal(out, plain) and torch.equal(again, plain)
+    assert [block.forward for block in model] == originals
+    assert record is not None and record.peak_bytes >= record.start_bytes > 0
+    found = measured.plan()
+    assert found is not None and len(found.profile.layers) == 3
+    # Each block saves, besides its input, the Linear's output for the GELU: 8 x 16 floats.
+    assert [layer.saved_bytes for layer in found.profile.layers] == [8 * 16 * 4] * 3
+
+
+def test_a_step_that_called_no_block_has_no_plan():
+    model = _layers()
+    with MeasuredStep(model, find_blocks(model, list(model)), None, None, True) as measured:
+        with torch.no_grad():
+            model(torch.randn(2, 16))
+    assert measured.plan() is None

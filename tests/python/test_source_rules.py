@@ -281,3 +281,17 @@ def test_each_part_sets_its_state_in_its_own_init_and_reads_only_its_own():
             assert read <= declared, (
                 f"{path.name}: {c.name} reads undeclared {sorted(read - declared)}"
             )
+
+
+def test_measure_uses_the_recorder_not_the_handle():
+    """measure() records its step with the handle's parts (measured_step.py), not by building
+    an auto_checkpoint handle with a budget no step could exceed."""
+    for name in ("measurement.py", "measured_step.py"):
+        tree = ast.parse((RUN / name).read_text())
+        imported = {
+            (node.module, alias.name)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom)
+            for alias in node.names
+        }
+        assert all(module != "auto" for module, _ in imported), (name, sorted(imported))

@@ -296,3 +296,12 @@ def _modules_of(function: Any) -> list[nn.Module]:
                 pass
         return [value for value in captured if isinstance(value, nn.Module)]
     return []
+
+
+def default_loss(output: Any) -> torch.Tensor:
+    """The sum of the output's floating tensors that need gradients (measure's and
+    example_inputs' loss when none is given)."""
+    tensors = [t for t in _tensors(output) if t.requires_grad and t.is_floating_point()]
+    if not tensors:
+        raise ValueError("output: has no floating tensor that requires grad; pass loss_fn=")
+    return sum(t.float().sum() for t in tensors)  # type: ignore[return-value]

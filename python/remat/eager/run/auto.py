@@ -18,17 +18,16 @@ than the block's inputs, with a warning the first time.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
 
 from ...saved_memory import require_save_hooks
 from ...units import parse_bytes
-from .._runtime import _PreservedState, _signature, _tensors, clock, in_backward
+from .._runtime import _PreservedState, _signature, _tensors, clock, default_loss, in_backward
 from ..blocks import Blocks, find_blocks
 from ..types import Plan
 from .agreement import Agreement
@@ -41,6 +40,7 @@ from .recorder import StepRecorder
 from .running import Notices, PlanBook, Running, step_context
 from .step import _OutsideSaves, _PendingBackward, _Step
 from .step_budget import StepBudget
+from .wrapping import restore_forwards, wrap_forwards
 
 _log = logging.getLogger("remat")
 
@@ -103,7 +103,14 @@ class AutoCheckpoint:
         names = {id(m): n for m, n in zip(blocks.modules, blocks.names)}
         name = lambda module: names.get(id(module), type(module).__name__)  # noqa: E731
         self.runner = CallRunner(model, self.running, self.notices, name)
-        self.recorder = StepRecorder(model, options, self.running, self.runner, step_budget, name)
+        self.recorder = StepRecorder(
+            model,
+            options,
+            self.running,
+            self.runner,
+            lambda: None if step_budget is None else step_budget.segments,
+            name,
+        )
         self.planner = BlockPlanner(
             model,
             blocks,
@@ -170,22 +177,17 @@ class AutoCheckpoint:
         if self._patched:
             return
         blocks = self.blocks
-        targets = list(dict.fromkeys(blocks.modules))  # a block listed twice is wrapped once
+        targets: list[tuple[nn.Module, Callable[..., Any]]] = [
+            (m, self.calls.forward)
+            for m in dict.fromkeys(blocks.modules)  # once each
+        ]
         if blocks.chain is not None:
-            targets.append(blocks.chain)
-        for index, module in enumerate(targets):
-            if getattr(module.__dict__.get("forward"), "_remat_auto_checkpoint", False):
-                self.remove()
-                raise ValueError(
-                    f"blocks[{index}]: already under auto_checkpoint (call remove() on its "
-                    "handle first)"
-                )
-            original = module.__dict__.get("forward")
-            wrapper = self.chain.forward if module is blocks.chain else self.calls.forward
-            patched = functools.partial(wrapper, module, module.forward)
-            patched._remat_auto_checkpoint = True  # type: ignore[attr-defined]
-            module.forward = patched
-            self._patched.append((module, original))
+            targets.append((blocks.chain, self.chain.forward))
+        try:
+            self._patched = wrap_forwards(targets)
+        except ValueError:
+            self.remove()
+            raise
         model = self.model
         self._hooks.append(model.register_forward_pre_hook(self._begin_step, with_kwargs=True))
         self._hooks.append(model.register_forward_hook(self._end_step, always_call=True))
@@ -200,11 +202,7 @@ class AutoCheckpoint:
         """Restores the blocks' own forward methods and removes the model's hooks."""
         if self.step_budget is not None:
             self.step_budget.close()
-        for module, original in self._patched:
-            if original is None:
-                del module.forward
-            else:
-                module.forward = original
+        restore_forwards(self._patched)
         for hook in self._hooks:
             hook.remove()
         self._patched, self._hooks = [], []
@@ -474,7 +472,7 @@ def _measure_step(handle: AutoCheckpoint, args: tuple[Any, ...], kwargs: dict[st
     devices = {t.device for t in _tensors((args, kwargs))}
     parameters = [p for p in model.parameters() if p.requires_grad]
     with _PreservedState([model], devices), torch.enable_grad():
-        loss = _default_loss(model(*args, **kwargs))
+        loss = default_loss(model(*args, **kwargs))
         if parameters:
             torch.autograd.grad(loss, parameters, allow_unused=True)
         segments = handle.step_budget.segments if handle.step_budget is not None else None
@@ -489,13 +487,6 @@ def _measure_step(handle: AutoCheckpoint, args: tuple[Any, ...], kwargs: dict[st
         handle.running.start_bytes = handle.step_budget.start_bytes(device, (args, kwargs))
         profile, calls = profiles[key]
         handle.planner.make_block_plan(key, key, profile, calls)
-
-
-def _default_loss(output: Any) -> torch.Tensor:
-    tensors = [t for t in _tensors(output) if t.requires_grad and t.is_floating_point()]
-    if not tensors:
-        raise ValueError("output: has no floating tensor that requires grad; pass loss_fn=")
-    return sum(t.float().sum() for t in tensors)  # type: ignore[return-value]
 
 
 def _measure_forward(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> float:

@@ -28,6 +28,52 @@ from .step_budget import StepBudget
 Calls = tuple[tuple[Any, Any, tuple[int, ...]], ...]
 
 
+def region_overhead(device: torch.device) -> float:
+    """Seconds a checkpoint region costs on `device` besides its layers."""
+    return _region_overhead(torch.zeros(1, device=device), 0)
+
+
+def step_profile(step: _Step, overhead: float) -> tuple[Profile, Calls]:
+    """The profile of a measured step's block calls, and the calls a plan from it is made for
+    (each with the positions of its arguments a region may move to the host)."""
+    step.last_outputs = None
+    held = frozenset(step.outside.keys) if step.outside is not None else frozenset()
+    profile = chain_profile(step.calls, overhead, held)
+    calls = tuple(
+        (c.module, c.signature, moved)
+        for c, moved in zip(step.calls, moved_input_positions(step.calls, held))
+    )
+    return profile, calls
+
+
+def retrace_blocks_callers(model: nn.Module, blocks: Blocks) -> None:
+    """The measuring call is excluded from tracing. Compiled before the first step, a
+    model's forward that calls the blocks in a loop breaks its graph there, and torch.compile
+    then skips that frame for good: every later step ran the loop eagerly and compiled
+    remat's block wrapper once per block call, uncompiled past recompile_limit (12 blocks:
+    4 ran eagerly). With a plan made, the forwards of the modules that hold the blocks are
+    let go from dynamo's cache, so the next step traces them whole, with the plan."""
+    dynamo = sys.modules.get("torch._dynamo")  # not imported: nothing was compiled
+    reset_code = getattr(dynamo, "reset_code", None)
+    if reset_code is None:
+        return
+    held = {id(m) for m in blocks.modules}
+    if blocks.chain is not None:
+        held.add(id(blocks.chain))
+    named = dict(model.named_modules(remove_duplicate=False))
+    callers: set[type] = set()
+    for name, module in named.items():
+        if id(module) in held:
+            parts = name.split(".") if name else []
+            for depth in range(len(parts)):  # every module above the block
+                callers.add(type(named[".".join(parts[:depth])]))
+    for kind in callers:
+        forward = getattr(kind, "forward", None)
+        code = getattr(forward, "__code__", None)
+        if code is not None and forward is not nn.Module.forward:
+            reset_code(code)
+
+
 class BlockPlanner:
     """Turns a measured step into the plan that later steps with its inputs follow, and keeps
     the plans and the profiles they came from."""
@@ -61,46 +107,13 @@ class BlockPlanner:
         self._region_overhead: float | None = None  # seconds a region costs besides its layers
 
     def plan_step(self, step: _Step) -> None:
-        step.last_outputs = None
         if self._region_overhead is None:
-            self._region_overhead = _region_overhead(torch.zeros(1, device=self.running.device), 0)
-        held = frozenset(step.outside.keys) if step.outside is not None else frozenset()
-        profile = chain_profile(step.calls, self._region_overhead, held)
-        calls = tuple(
-            (c.module, c.signature, moved)
-            for c, moved in zip(step.calls, moved_input_positions(step.calls, held))
-        )
+            self._region_overhead = region_overhead(self.running.device)
+        profile, calls = step_profile(step, self._region_overhead)
         if self.agreement.together or self.step_budget is not None:
             self.profiles[step.key] = (profile, calls)
         self.make_block_plan(step.plan_key, step.key, profile, calls)
-        self._retrace_the_blocks_callers()
-
-    def _retrace_the_blocks_callers(self) -> None:
-        """The measuring call is excluded from tracing. Compiled before the first step, a
-        model's forward that calls the blocks in a loop breaks its graph there, and torch.compile
-        then skips that frame for good: every later step ran the loop eagerly and compiled
-        remat's block wrapper once per block call, uncompiled past recompile_limit (12 blocks:
-        4 ran eagerly). With a plan made, the forwards of the modules that hold the blocks are
-        let go from dynamo's cache, so the next step traces them whole, with the plan."""
-        dynamo = sys.modules.get("torch._dynamo")  # not imported: nothing was compiled
-        reset_code = getattr(dynamo, "reset_code", None)
-        if reset_code is None:
-            return
-        blocks = {id(m) for m in self.blocks.modules}
-        if self.blocks.chain is not None:
-            blocks.add(id(self.blocks.chain))
-        named = dict(self.model.named_modules(remove_duplicate=False))
-        callers: set[type] = set()
-        for name, module in named.items():
-            if id(module) in blocks:
-                parts = name.split(".") if name else []
-                for depth in range(len(parts)):  # every module above the block
-                    callers.add(type(named[".".join(parts[:depth])]))
-        for kind in callers:
-            forward = getattr(kind, "forward", None)
-            code = getattr(forward, "__code__", None)
-            if code is not None and forward is not nn.Module.forward:
-                reset_code(code)
+        retrace_blocks_callers(self.model, self.blocks)
 
     def make_block_plan(
         self,

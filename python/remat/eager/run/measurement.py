@@ -13,16 +13,20 @@ from torch import nn
 from ... import _distributed
 from ...step_memory import HostCopy
 from ...units import format_bytes, format_seconds
-from .._runtime import _PreservedState, _synchronize, _tensors, clock
+from .._runtime import _PreservedState, _synchronize, _tensors, clock, default_loss
 from ..blocks import Blocks, find_blocks
 from ..measuring.step_segments import StepSegments
 from ..planning.offload import plan_with_offload
 from ..planning.planner import plan_profile
-from ..planning.step_budget import StepFigures, figures_json, least_step_peak, predicted_step
+from ..planning.step_budget import (
+    StepFigures,
+    figures_json,
+    figures_of,
+    least_step_peak,
+    predicted_step,
+)
 from ..types import Plan, Profile
-from .auto import AutoCheckpoint, _default_loss
-from .options import CheckpointOptions
-from .step_budget import StepBudget
+from .measured_step import MeasuredStep
 
 
 def _exactly(count: int) -> str:
@@ -54,6 +58,8 @@ class Measurement:
             is.
         measured_step_bytes: the measured step's own peak (None likewise). Without an
             optimizer given, the step has no optimizer step.
+        optimizer_state_bytes: the state the optimizer's first step created (0 without an
+            optimizer, or under a process group).
         least_offload_budget_bytes: the least activation budget with ``offload=`` (regions'
             inputs moved to host memory; at most least_activation_budget_bytes). The property
             plans it on first use.
@@ -72,6 +78,7 @@ class Measurement:
     least_budget_bytes: int | None = None
     no_checkpoint_step_bytes: int | None = None
     measured_step_bytes: int | None = None
+    optimizer_state_bytes: int = 0
     # What plans to the step's peak (see to_json); its start_bytes is what a later step begins
     # holding, the optimizer's state included, not what the measured step held.
     step_figures: StepFigures | None = None
@@ -188,58 +195,34 @@ def measure(
     by_parts = not _distributed.active(plan_group)
     if by_parts and chosen.chain is not None:
         chosen = dataclasses.replace(chosen, chain=None)
-    step_budget = StepBudget(2**60, model, optimizer) if by_parts else None
-    handle = AutoCheckpoint(
-        model,
-        chosen,
-        CheckpointOptions(tune=False, plan_group=plan_group),
-        activation_budget=None if by_parts else 2**60,
-        step_budget=step_budget,
-        measuring=True,
-    )
-    # Measuring drops a cache passed to the blocks as a training step does, but the user's
-    # training is not affected: auto_checkpoint or enable() says what it does there.
-    handle.warn_on_dropped_caches = False
+    measured = MeasuredStep(model, chosen, plan_group, optimizer, by_parts)
     undo: Callable[[], None] = lambda: None  # noqa: E731  (an optimizer step to undo)
+    record = None
     try:
         devices = {t.device for t in _tensors((args, kwargs))}
         parameters = [p for p in model.parameters() if p.requires_grad]
         state_bytes, grads = 0, None
-        with _PreservedState([model], devices), torch.enable_grad():
+        with measured, _PreservedState([model], devices), torch.enable_grad():
             _synchronize((args, kwargs))
             now = clock()
             start = now()
             # Only the loss is kept, through the optimizer step, as Hugging Face's Trainer and
             # `loss = model(batch).loss` keep it: the output (the logits) goes before backward.
-            loss = (loss_fn or _default_loss)(model(*args, **kwargs))
+            loss = (loss_fn or default_loss)(model(*args, **kwargs))
             if parameters:
-                try:
-                    grads = torch.autograd.grad(loss, parameters, allow_unused=True)
-                except RuntimeError as error:
-                    if "use_reentrant=True" not in str(error):
-                        raise
-                    # torch's message speaks of .grad() and `inputs`, which the user never called.
-                    raise RuntimeError(
-                        "remat.measure: the model runs torch.utils.checkpoint with "
-                        "use_reentrant=True (as Hugging Face's gradient checkpointing once did), "
-                        "which cannot run under torch.autograd.grad, which measure uses to leave "
-                        ".grad as it was. Turn the model's own checkpointing off (remat plans the "
-                        "checkpointing) or pass use_reentrant=False"
-                    ) from error
+                grads = _gradients(loss, parameters)
             _synchronize(loss)
             seconds = now() - start
-            segments = step_budget.segments if step_budget is not None else None
+            segments = measured.segments
             if segments is not None:
                 segments.blocks_done()
                 if optimizer is not None and parameters:
                     state_bytes, undo = _optimizer_step(optimizer, parameters, grads, segments)
             del loss, grads
-        made: Plan | None = handle.plan
-        if step_budget is not None:
-            handle._end_measured_step()
+            record = measured.finish()
+        made = measured.plan()
     finally:
         undo()
-        handle.remove()
     if made is None:
         raise ValueError(f"blocks: none of {chosen.path} was called by the model's forward")
     result = Measurement(
@@ -250,8 +233,8 @@ def measure(
         seconds,
         on_cuda=any(device.type == "cuda" for device in devices),
     )
-    if step_budget is not None:
-        result = _with_step_figures(result, step_budget, state_bytes)
+    if record is not None and record.parts:
+        result = _with_step_figures(result, figures_of(record, made.profile), state_bytes)
     if verbose:
         print(result.table())
     return result
@@ -261,12 +244,9 @@ def measure(
 PLAIN_SHARE, PLAIN_SLACK = 200, 64 * 1024
 
 
-def _with_step_figures(result: Measurement, step_budget: StepBudget, state: int) -> Measurement:
+def _with_step_figures(result: Measurement, figures: StepFigures, state: int) -> Measurement:
     """The step's least and plain peaks, from the measured step's figures; `state`: the bytes
     of optimizer state its optimizer step created (held by every later step)."""
-    figures = next(iter(step_budget.figures.values()), None)
-    if figures is None:
-        return result
     start = figures.start_bytes + state
 
     def make_plan(budget: int) -> Plan:
@@ -283,8 +263,26 @@ def _with_step_figures(result: Measurement, step_budget: StepBudget, state: int)
         least_budget_bytes=least,
         no_checkpoint_step_bytes=max(plain, least),
         measured_step_bytes=figures.measured_peak_bytes,
+        optimizer_state_bytes=state,
         step_figures=dataclasses.replace(figures, start_bytes=start),
     )
+
+
+def _gradients(loss: torch.Tensor, parameters: Sequence[torch.Tensor]) -> Any:
+    """The parameters' gradients, returned rather than accumulated into .grad."""
+    try:
+        return torch.autograd.grad(loss, parameters, allow_unused=True)
+    except RuntimeError as error:
+        if "use_reentrant=True" not in str(error):
+            raise
+        # torch's message speaks of .grad() and `inputs`, which the user never called.
+        raise RuntimeError(
+            "remat.measure: the model runs torch.utils.checkpoint with use_reentrant=True (as "
+            "Hugging Face's gradient checkpointing once did), which cannot run under "
+            "torch.autograd.grad, which measure uses to leave .grad as it was. Turn the "
+            "model's own checkpointing off (remat plans the checkpointing) or pass "
+            "use_reentrant=False"
+        ) from error
 
 
 def _optimizer_step(
@@ -305,6 +303,7 @@ def _optimizer_step(
         p.grad = grad
     try:
         optimizer.step()
+        segments.leave()  # the step ends with its optimizer step
         created = _state_bytes(optimizer) - state_before
     finally:
         for p, grad in zip(parameters, own):

@@ -15,12 +15,12 @@ from .._runtime import _PreservedState, _synchronize, _tensors, clock
 from ..measuring.blocks import RecordedCall
 from ..measuring.calls import CallWatch
 from ..measuring.ops import ModesCache, op_recorder, recorded_profile
+from ..measuring.step_segments import StepSegments
 from ..snapshots import CallSnapshot
 from .call_runner import CallRunner
 from .options import CheckpointOptions
 from .running import Running
 from .step import _Step
-from .step_budget import StepBudget
 
 
 class StepRecorder:
@@ -33,14 +33,14 @@ class StepRecorder:
         options: CheckpointOptions,
         running: Running,
         runner: CallRunner,
-        step_budget: StepBudget | None,
+        segments: Callable[[], StepSegments | None],
         name: Callable[[nn.Module], str],
     ) -> None:
         self.model = model
         self.options = options
         self.running = running
         self.runner = runner
-        self.step_budget = step_budget
+        self.segments = segments  # the step's parts, when measured part by part
         self.name = name
         # Kept across this handle's measuring steps: a step for new shapes prices the modes on
         # its blocks from what earlier steps measured on the same ops.
@@ -86,7 +86,7 @@ class StepRecorder:
         if devices:
             self.running.device = next(iter(devices))
         call = len(step.calls)
-        segments = self.step_budget.segments if self.step_budget is not None else None
+        segments = self.segments()
         if segments is not None:
             segments.mark(("forward", call))
         now = clock()
