@@ -1,4 +1,6 @@
-"""python -m remat pareto --plot FILE [INSTANCE]: the trade-off curve of one instance as a picture.
+"""python -m remat: the trade-off curve of an instance as a picture, or a step's estimate.
+
+python -m remat pareto --plot FILE [INSTANCE]: the trade-off curve of one instance as a picture.
 
 INSTANCE is the JSON format of `remat solve` (standard input when omitted or "-"). The curve runs
 on to the instance's total memory, so that its budget is seen inside it. Exit 2: bad input or an
@@ -13,6 +15,7 @@ import os
 import pathlib
 import sys
 
+from . import estimate_command
 from ._core import PlannerMemoryError, WorkLimitError, __version__
 from ._solve import pareto
 from .units import parse_bytes
@@ -55,7 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     curve.add_argument("--time-limit", type=float, help="seconds (exit 3 past them)")
     curve.add_argument("--max-planner-bytes", help="cap on the solver's memory, e.g. 8GiB")
     curve.add_argument("instance", nargs="?", default="-")
+    estimate_command.add_parser(commands)
     args = parser.parse_args(argv)
+    if args.command == "estimate":
+        return estimate_command.run(args)
     try:
         _check_image_path(args.plot)
         text = sys.stdin.read() if args.instance == "-" else open(args.instance).read()

@@ -22,10 +22,11 @@ Saved bytes only grow when something is saved, so the peak is taken at those mom
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
 from collections import defaultdict
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import torch
 import torch.utils.checkpoint as torch_checkpoint
@@ -133,11 +134,33 @@ def torch_checkpoint_packs(own_pack: Any) -> bool:
     )
 
 
+# > 0 while remat.torch.estimate runs a step on fake tensors, which stand for real memory there.
+_estimating = 0
+
+
+@contextlib.contextmanager
+def estimating() -> Iterator[None]:
+    """Fake tensors made in here are an estimated step's, counted as real ones would be."""
+    global _estimating
+    _estimating += 1
+    try:
+        yield
+    finally:
+        _estimating -= 1
+
+
+def estimating_now() -> bool:
+    """Whether an estimated step runs now: its CUDA tensors are fake, counted as storages (the
+    allocator sees none of them) and never synchronized."""
+    return _estimating > 0
+
+
 def is_traced(tensor: torch.Tensor) -> bool:
-    """A tensor of torch.compile's tracing (fake, or functional over fake): it has no storage."""
+    """A tensor of torch.compile's tracing (fake, or functional over fake): it has no storage.
+    An estimated step's fake tensors are not (see estimating)."""
     from torch._subclasses.fake_tensor import is_fake
 
-    return is_fake(tensor)
+    return not _estimating and is_fake(tensor)
 
 
 def storage_of(tensor: torch.Tensor) -> torch.UntypedStorage:
@@ -147,7 +170,11 @@ def storage_of(tensor: torch.Tensor) -> torch.UntypedStorage:
 
 
 def storage_key(tensor: torch.Tensor) -> tuple[str, int, int]:
+    """A storage's name while it is alive: its device, address and size. A storage on the meta
+    device (a fake tensor's) has no address, and is named by its StorageImpl's instead."""
     storage = storage_of(tensor)
+    if storage.device.type == "meta":
+        return ("meta", storage._cdata, storage.nbytes())
     return (str(storage.device), storage.data_ptr(), storage.nbytes())
 
 

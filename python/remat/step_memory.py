@@ -35,17 +35,20 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from .saved_memory import storage_of
+from .saved_memory import estimating_now, storage_of
 
 
-def _storages(value: Any) -> list[torch.UntypedStorage]:
+def _storages(value: Any) -> list[tuple[torch.UntypedStorage, str]]:
+    """The storages of the tensors in `value`, each with the type of the device its tensor is
+    on: a fake tensor's storage is on "meta", its tensor on the device it stands for."""
     found = []
     for item in tree_flatten(value)[0]:
         if isinstance(item, torch.Tensor):
             try:
-                found.append(storage_of(item))  # a DTensor's: its local shard's
+                storage = storage_of(item)  # a DTensor's: its local shard's
             except (RuntimeError, NotImplementedError):  # a tensor without storage
                 continue
+            found.append((storage, item.device.type))
     return found
 
 
@@ -72,9 +75,10 @@ class _LiveStorages(TorchDispatchMode):
     """Counts the bytes of live storages on one device type, from their creation (or the
     meter's entry) to their release."""
 
-    def __init__(self, device_type: str) -> None:
+    def __init__(self, device_type: str, block: int = 1) -> None:
         super().__init__()
         self._device_type = device_type
+        self._block = block  # sizes count rounded up to this (CUDA's allocator: 512 bytes)
         self._alive: dict[int, tuple[int, Any]] = {}
         self.current = 0
         self.peak = 0
@@ -108,20 +112,20 @@ class _LiveStorages(TorchDispatchMode):
         entry = self._alive.get(storage._cdata)
         if entry is None:
             if self.counting and storage.nbytes() > 0:
-                self.hold(storage)
+                self.hold(storage, storage.device.type)
             return
-        size = storage.nbytes()
+        size = -(-storage.nbytes() // self._block) * self._block
         self._alive[storage._cdata] = (size, entry[1])
         self.current += size - entry[0]
         self.peak = max(self.peak, self.current)
 
-    def hold(self, storage: torch.UntypedStorage) -> None:
-        if storage.device.type != self._device_type:
+    def hold(self, storage: torch.UntypedStorage, device_type: str) -> None:
+        if device_type != self._device_type:
             return
         key = storage._cdata
         if key in self._alive:
             return
-        size = storage.nbytes()
+        size = -(-storage.nbytes() // self._block) * self._block
         reference = weakref.ref(storage, functools.partial(self._released, key))
         self._alive[key] = (size, reference)
         self.current += size
@@ -130,8 +134,8 @@ class _LiveStorages(TorchDispatchMode):
     def hold_all(self, objects: tuple[Any, ...]) -> None:
         """Holds the storages of what a step holds before it starts (see _held_tensors)."""
         for tensor in _held_tensors(objects):
-            for storage in _storages(tensor):
-                self.hold(storage)
+            for storage, device_type in _storages(tensor):
+                self.hold(storage, device_type)
 
     def _released(self, key: int, _reference: Any) -> None:
         entry = self._alive.pop(key, None)
@@ -143,8 +147,8 @@ class _LiveStorages(TorchDispatchMode):
             return NotImplemented  # DTensor runs its local ops, which come back here
         out = func(*args, **(kwargs or {}))
         if self.counting:
-            for storage in _storages(out):
-                self.hold(storage)
+            for storage, device_type in _storages(out):
+                self.hold(storage, device_type)
         return out
 
 
@@ -171,14 +175,20 @@ def _held_tensors(objects: tuple[Any, ...]) -> list[torch.Tensor]:
     return found
 
 
+# CUDA's caching allocator hands out memory in multiples of this many bytes.
+CUDA_BLOCK = 512
+
+
 def held_bytes(*held: Any, device: torch.device) -> int:
     """The bytes of the distinct storages of `held` (modules, optimizers, tensors) on
-    `device`'s type: what a step begins with, on a device whose allocator cannot say."""
+    `device`'s type: what a step begins with, on a device whose allocator cannot say (on
+    CUDA, each rounded up as its allocator rounds it)."""
+    block = CUDA_BLOCK if device.type == "cuda" else 1
     seen: dict[int, int] = {}
     for tensor in _held_tensors(held):
-        for storage in _storages(tensor):
-            if storage.device.type == device.type:
-                seen[storage._cdata] = storage.nbytes()
+        for storage, device_type in _storages(tensor):
+            if device_type == device.type:
+                seen[storage._cdata] = -(-storage.nbytes() // block) * block
     return sum(seen.values())
 
 
@@ -187,7 +197,7 @@ def held_at_start(device: torch.device | str, *held: Any) -> int:
     allocated there; on the CPU, the distinct storages of `held` (modules, optimizers, tensors;
     None is skipped), since the CPU allocator keeps no count."""
     device = torch.device(device)
-    if device.type == "cuda":
+    if device.type == "cuda" and not estimating_now():
         return torch.cuda.memory_allocated(device)
     return held_bytes(*[h for h in held if h is not None], device=device)
 

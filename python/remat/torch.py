@@ -3,6 +3,7 @@
     import remat.torch
     remat.torch.checkpoint_sequential(layers, x, activation_budget="2GiB")   # eager (remat.eager)
     remat.torch.auto_checkpoint(model, memory_budget="2GiB")
+    remat.torch.estimate(meta_model, batch, optimizer=opt)  # the step's peak, on fake tensors
     remat.torch.use()                  # every later torch.compile uses remat's exact solver
     with remat.torch.use("exact"):     # or only inside this block
         ...
@@ -31,6 +32,7 @@ from .eager import (
     Profile,
     auto_checkpoint,
     checkpoint_sequential,
+    estimate,
     measure,
     plan,
 )
@@ -46,7 +48,7 @@ from .compiled.solver import (  # noqa: F401
     RematKnapsackSolver,
     node_runtimes,
 )
-from .eager import LayerProfile, find_blocks, profile_layers  # noqa: F401
+from .eager import DeviceRates, Estimate, LayerProfile, find_blocks, profile_layers  # noqa: F401
 
 # What users call, and the types they hold.
 __all__ = [
@@ -61,6 +63,7 @@ __all__ = [
     "StepMemoryMeter",
     "auto_checkpoint",
     "checkpoint_sequential",
+    "estimate",
     "fit",
     "measure",
     "plan",

@@ -4,6 +4,8 @@
 #   issue 50: memory_budget as the step's peak against HF checkpointing, Llama d=2048 seq 2048
 #             bf16 (bench/step_budget.py), and under FSDP2 on one rank with NCCL
 #             (bench/fsdp_step_budget.py);
+#   issue 52: remat.torch.estimate with device="cuda" against max_memory_allocated and the
+#             measured recompute, Llama-style d=2048 seq 2048 bf16 (bench/estimate.py);
 #   issue 38: offloading in eager PyTorch (bench/offload.py, Llama-style d=2048 seq 2048 bf16)
 #             and under torch.compile (bench/compile_offload.py);
 #   issue 36: the zoo against HF gradient checkpointing at realistic sizes (bench/zoo.py);
@@ -13,7 +15,7 @@
 # Usage (device tool): bash tests/device/gpu_pending.sh "$OUT"; reports land under $OUT.
 set -uo pipefail
 out=${1:?out dir}
-mkdir -p "$out/step_budget" "$out/fsdp" "$out/offload" "$out/zoo" "$out/ops" "$out/first" "$out/compile"
+mkdir -p "$out/step_budget" "$out/fsdp" "$out/estimate" "$out/offload" "$out/zoo" "$out/ops" "$out/first" "$out/compile"
 rm -rf /tmp/site
 start=$(date +%s)
 python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/site . >"$out/build.log" 2>&1 ||
@@ -32,19 +34,20 @@ step() {  # step NAME SECONDS COMMAND...
 
 step step_budget 60 python3 bench/step_budget.py --device cuda --out "$out/step_budget/cuda"
 step fsdp_step_budget 40 python3 bench/fsdp_step_budget.py --device cuda --out "$out/fsdp/cuda"
-step offload 90 python3 bench/offload.py --device cuda --layers 8 --repeats 5 --out "$out/offload"
+step estimate 45 python3 bench/estimate.py --device cuda --out "$out/estimate"
+step offload 80 python3 bench/offload.py --device cuda --layers 8 --repeats 5 --out "$out/offload"
 step compile_offload 60 python3 bench/compile_offload.py --device cuda --out "$out/compile"
-step zoo 70 python3 bench/zoo.py --device cuda --hidden 2048 --layers 8 --seq 2048 \
+step zoo 65 python3 bench/zoo.py --device cuda --hidden 2048 --layers 8 --seq 2048 \
   --dtype bfloat16 --models llama,gpt2 --rounds 5 --out "$out/zoo"
-step ops 60 python3 bench/eager_ops.py --device cuda --repeats 5 --budgets 4 --out "$out/ops"
-step compile 60 python3 bench/compile_budget.py --device cuda --steps 5 --models "" \
+step ops 55 python3 bench/eager_ops.py --device cuda --repeats 5 --budgets 4 --out "$out/ops"
+step compile 50 python3 bench/compile_budget.py --device cuda --steps 5 --models "" \
   --inductor-models llama,gpt --out "$out/compile"
 step first 30 python3 bench/eager_first_step.py --device cuda --steps 3 --models llama \
   --out "$out/first"
 REMAT_SKIP_TESTS="test_torch_compile test_properties test_torch_parity test_source_rules test_distributed test_build_options test_torch_versions test_torch_knapsack_cases test_zoo" \
-  timeout 60 bash tests/device/portability.sh "$out/portability.log"
+  timeout 45 bash tests/device/portability.sh "$out/portability.log"
 echo "portability rc=$?"
-for report in "$out"/step_budget/cuda.md "$out"/fsdp/cuda.md "$out"/offload/README_cuda.md "$out"/compile/offload_cuda.md "$out"/zoo/README_cuda.md; do
+for report in "$out"/step_budget/cuda.md "$out"/fsdp/cuda.md "$out"/estimate/estimate_cuda.md "$out"/offload/README_cuda.md "$out"/compile/offload_cuda.md "$out"/zoo/README_cuda.md; do
   echo "== $report"
   head -40 "$report" 2>/dev/null || echo "(none)"
 done

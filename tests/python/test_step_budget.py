@@ -9,39 +9,16 @@ import warnings
 
 import pytest
 import torch
-from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
 import remat
 import remat.torch as rt
 from remat.eager.measuring.step_segments import StepRecord, StepSegments
 from remat.eager.run.step_budget import StepBudget
+from residual import Residual
 from zoo import torchvision_cpu  # noqa: F401  (before transformers, which imports torchvision)
 
 STEPS = 3
-
-
-class Residual(nn.Module):
-    """Blocks called in the model's loop, a residual outside them, and a wide head whose logits
-    set the step's peak at some budgets."""
-
-    def __init__(self, depth: int = 6, width: int = 64, classes: int = 1000) -> None:
-        super().__init__()
-        self.layers = nn.ModuleList(
-            nn.Sequential(
-                nn.LayerNorm(width),
-                nn.Linear(width, 4 * width),
-                nn.GELU(),
-                nn.Linear(4 * width, width),
-            )
-            for _ in range(depth)
-        )
-        self.head = nn.Linear(width, classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers:
-            x = x + layer(x)
-        return self.head(x).float().logsumexp(-1).mean()
 
 
 def _train(model, step, steps=STEPS, optimizer=None, micro_steps=1, batch=()):

@@ -25,6 +25,7 @@ from .measuring.chain import profile_layers
 from .planning.offload import plan_offload
 from .planning.planner import plan_profile
 from .run.auto import AutoCheckpoint, auto_checkpoint
+from .run.estimation import estimate
 from .run.measurement import Measurement, measure
 from .run.options import CheckpointOptions
 from .run.sequential import checkpoint_sequential, plan, run_plan
@@ -33,7 +34,9 @@ from .types import Plan, Profile
 # isort: split
 # Reachable as remat.eager.<name>, outside the public list below.
 from .blocks import Blocks, find_blocks  # noqa: F401
+from .measuring.roofline import DeviceRates  # noqa: F401
 from .planning.offload import OffloadPlan, measure_bandwidth  # noqa: F401
+from .run.estimation import Estimate, PlanPeak  # noqa: F401
 from .types import LayerProfile, Region  # noqa: F401
 
 # The entry points and the data they return.
@@ -45,6 +48,7 @@ __all__ = [
     "Profile",
     "auto_checkpoint",
     "checkpoint_sequential",
+    "estimate",
     "measure",
     "plan",
     "plan_offload",

@@ -17,16 +17,33 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import torch
 from torch import nn
 
-from ..saved_memory import storage_key
+from ..saved_memory import estimating_now, storage_key
 from .generators import GeneratorStates
 from .snapshots import is_snapshot_mapping
+
+# Clocks that stand in for time (see timed_by), innermost last.
+_STAND_INS: list[Callable[[], float]] = []
+
+
+@contextlib.contextmanager
+def timed_by(read: Callable[[], float]) -> Iterator[None]:
+    """Work is timed by `read` in here: an estimated step on fake tensors, whose ops take no
+    real time, reads a clock that its ops' roofline times advance (measuring/roofline.py)."""
+    _STAND_INS.append(read)
+    try:
+        yield
+    finally:
+        _STAND_INS.remove(read)
 
 
 def clock() -> Callable[[], float]:
     """The clock that times work. With one intra-op thread and no CUDA, all of a step's work runs
     on the calling thread (autograd's CPU backward included), so its CPU time is the work itself:
     time other processes take from a shared CPU is not counted, which the wall clock would.
-    Otherwise (several threads, or a GPU whose kernels the host only waits for) the wall clock."""
+    Otherwise (several threads, or a GPU whose kernels the host only waits for) the wall clock.
+    Inside timed_by, its clock."""
+    if _STAND_INS:
+        return _STAND_INS[-1]
     if torch.get_num_threads() == 1 and not torch.cuda.is_initialized():
         return time.thread_time
     return time.perf_counter
@@ -204,6 +221,8 @@ def in_backward() -> bool:
 
 
 def _synchronize(value: Any) -> None:
+    if estimating_now():  # fake tensors: no kernel to wait for
+        return
     for tensor in _tensors(value):
         if tensor.is_cuda:
             torch.cuda.synchronize(tensor.device)

@@ -43,7 +43,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import create_selective_checkpoint_contexts
 
-from ...saved_memory import storage_key, torch_checkpoint_packs
+from ...saved_memory import estimating_now, storage_key, torch_checkpoint_packs
 from .._runtime import (
     _detached,
     _modules_of,
@@ -156,7 +156,8 @@ def _casts_weights(function: Callable[..., Any], args: tuple, kwargs: dict) -> b
 
 
 def _new_recorder(function: Callable[..., Any], args: tuple, kwargs: dict) -> _OpRecorder:
-    return _OpRecorder(any(t.is_cuda for t in _tensors((args, kwargs))), _modules_of(function))
+    cuda = any(t.is_cuda for t in _tensors((args, kwargs))) and not estimating_now()
+    return _OpRecorder(cuda, _modules_of(function))
 
 
 def _record(function: Callable[..., Any], args: tuple, kwargs: dict, excluded: set[Key]):

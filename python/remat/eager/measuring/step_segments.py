@@ -23,7 +23,8 @@ from typing import Any, Iterator
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack, _pop_mode, _push_mode
 
-from ...step_memory import _LiveStorages, reset_cuda_peak
+from ...saved_memory import estimating_now
+from ...step_memory import CUDA_BLOCK, _LiveStorages, reset_cuda_peak
 
 # Where a step is: ("pre",) before the blocks' forward; ("forward", i) in block call i's
 # forward; ("after", i) after it (the last: the head and the loss, up to the blocks' backward);
@@ -67,13 +68,18 @@ class StepSegments:
         self._parts: list[tuple[Part, int]] = []
         self.start_bytes = 0
         self.open = False
+        self._allocator = False  # measured by CUDA's allocator (else by counting storages)
 
     def begin(self) -> None:
-        if self.device.type == "cuda":
+        # An estimated step's CUDA tensors are fake: the allocator sees none, storages count.
+        self._allocator = self.device.type == "cuda" and not estimating_now()
+        if self._allocator:
             reset_cuda_peak(self.device)
             self.start_bytes = torch.cuda.memory_allocated(self.device)
         else:
-            self._mode = _LiveStorages(self.device.type)
+            self._mode = _LiveStorages(
+                self.device.type, CUDA_BLOCK if self.device.type == "cuda" else 1
+            )
             self._mode.hold_all(self._held)
             self.start_bytes = self._mode.current
             # Pushed, not entered: the mode is left where the step ends, which may lie inside
@@ -86,7 +92,7 @@ class StepSegments:
         self.open = True
 
     def _close_part(self) -> None:
-        if self.device.type == "cuda":
+        if self._allocator:
             peak = reset_cuda_peak(self.device)
         else:
             assert self._mode is not None

@@ -213,7 +213,7 @@ def least_plan(make_plan: Callable[[int], Plan]) -> Plan:
     return make_plan(make_plan(2**60).minimum_budget_bytes)
 
 
-def _each_call_its_region(least: Plan) -> Plan | None:
+def each_call_its_region(least: Plan) -> Plan | None:
     """The plan the measuring step ran, every call its own region re-run whole, evaluated as the
     planner evaluates plans; None where the planner's rules refuse it (a chain of one call)."""
     p = least.profile
@@ -246,7 +246,7 @@ def least_step_plan(
     its own region (the measured step's plan, which HF's checkpointing also runs): the step
     model counts a region's re-run whole, so fewer activations need not mean a lower step."""
     least = least_plan(make_plan)
-    each = _each_call_its_region(least)
+    each = each_call_its_region(least)
     if each is None:
         return least
 
