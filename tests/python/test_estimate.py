@@ -208,6 +208,15 @@ def test_wrong_arguments_are_named():
         rt.estimate(model, torch.ones(16, 64), rates="B200")
 
 
+def test_a_model_under_auto_checkpoint_is_named_as_the_reason():
+    model = Residual()
+    handle = rt.auto_checkpoint(model, activation_budget="1MiB")
+    with pytest.raises(TypeError, match="model: it is under auto_checkpoint"):
+        rt.estimate(model, torch.ones(16, 64))
+    handle.remove()
+    assert rt.estimate(model, torch.ones(16, 64)).least_peak_bytes > 0
+
+
 def test_blocks_given_as_the_models_modules_are_found_in_its_copy():
     model = Residual()
     found = rt.estimate(model, torch.ones(16, 64), blocks=list(model.layers)[:2])

@@ -327,7 +327,16 @@ def _fake_copy(
         if isinstance(tensor, nn.Parameter):
             fake = nn.Parameter(fake, requires_grad=tensor.requires_grad)
         memo[id(tensor)] = fake_of[id(tensor)] = fake
-    return copy.deepcopy(model, memo)
+    try:
+        return copy.deepcopy(model, memo)
+    except TypeError as error:
+        if "under auto_checkpoint" not in str(error):
+            raise
+        raise TypeError(
+            "model: it is under auto_checkpoint, whose wrapped blocks cannot be copied; "
+            "estimate it before auto_checkpoint, or call handle.remove() first (and "
+            "handle.reinstall() after)"
+        ) from None
 
 
 def _fake_optimizer(
