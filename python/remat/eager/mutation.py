@@ -58,9 +58,12 @@ def state_of(value: Any, depth: int = 0, seen: set[int] | None = None) -> Any:
 
 def _address(tensor: torch.Tensor) -> int:
     try:
-        return tensor.data_ptr()
-    except RuntimeError:  # a tensor without storage (a subclass, a functional wrapper)
+        storage = tensor.untyped_storage()
+    except (RuntimeError, NotImplementedError):  # no storage (a subclass, a functional wrapper)
         return 0
+    if storage.device.type == "meta":  # a fake or meta tensor: no address, its StorageImpl's
+        return storage._cdata + tensor.storage_offset()
+    return tensor.data_ptr()
 
 
 def _fields(value: Any) -> dict[str, Any]:
