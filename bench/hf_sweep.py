@@ -172,7 +172,9 @@ def run(model_type: str, mode: str = "full") -> dict:
 TIMEOUT = 120
 
 
-def one(model_type, mode):
+def one(model_type, mode, job=None):
+    """`job(model_type, mode)` (default: run) in a forked child, at most TIMEOUT seconds."""
+    job = job or run
     rfd, wfd = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -181,7 +183,7 @@ def one(model_type, mode):
             import warnings
 
             warnings.simplefilter("ignore")
-            res = run(model_type, mode)
+            res = job(model_type, mode)
         except BaseException as e:  # noqa: BLE001
             res = {
                 "type": model_type,

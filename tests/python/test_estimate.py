@@ -176,8 +176,13 @@ def test_a_step_that_fake_tensors_cannot_run_says_why():
     args, kwargs = zoo.batch()
     with torch.device("meta"):
         meta = zoo.build(zoo.attention[0])
-    with pytest.raises(RuntimeError, match="could not run on fake tensors.*remat.torch.measure"):
+    with pytest.raises(
+        RuntimeError,
+        match="could not run on fake tensors.*estimate the model in bfloat16.*remat.torch.measure",
+    ):
         rt.estimate(meta, *args, loss_fn=zoo.loss, **kwargs)
+    # In bfloat16, as it trains on a GPU, it is estimated.
+    assert rt.estimate(meta.to(torch.bfloat16), *args, loss_fn=zoo.loss, **kwargs).least_peak_bytes
 
 
 def test_a_budget_below_the_least_peak_has_no_plan_and_does_not_fit():

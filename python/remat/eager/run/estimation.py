@@ -231,11 +231,18 @@ def estimate(
                 raise
             except Exception as error:
                 first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+                # torch's fake _grouped_mm (Mixture-of-Experts layers) takes bf16 only.
+                hint = (
+                    " (torch's fake grouped matmul takes bfloat16 only: estimate the model in "
+                    "bfloat16, as it will train on a GPU)"
+                    if "Expected inputs of BF16" in first
+                    else ""
+                )
                 raise RuntimeError(
                     "remat.estimate: the training step could not run on fake tensors "
-                    f"({type(error).__name__}: {first}). An op without a fake implementation "
-                    "(a custom kernel), or one whose output's shape depends on the data (an MoE's "
-                    "routing), cannot be estimated: measure the step on the device with "
+                    f"({type(error).__name__}: {first}){hint}. An op without a fake "
+                    "implementation (a custom kernel), or one whose output's shape depends on the "
+                    "data, cannot be estimated: measure the step on the device with "
                     "remat.torch.measure"
                 ) from error
         parameter_bytes = _bytes([*twin.parameters(), *twin.buffers()])
