@@ -22,23 +22,10 @@ import torch
 
 import hf_sweep  # noqa: E402  (puts tests/python and bench on the path, imports transformers)
 import remat.torch as rt  # noqa: E402
+from estimate import _plain_peak  # noqa: E402  (bench/estimate.py)
 from hf_sweep_configs import OVERRIDES, POST, build_config  # noqa: E402
 
 MiB = 2**20
-
-
-def _plain_peak(model, ids):
-    optimizer = torch.optim.AdamW(model.parameters())
-    peak = 0
-    for _ in range(2):
-        with rt.StepMemoryMeter(model, optimizer, ids) as meter:
-            loss = model(input_ids=ids, labels=ids).loss
-            loss.backward()
-            del loss
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-        peak = meter.peak_bytes
-    return peak
 
 
 def run(model_type: str, _mode: str) -> dict:
@@ -70,7 +57,9 @@ def run(model_type: str, _mode: str) -> dict:
         vocab = getattr(config.get_text_config(), "vocab_size", 256)
     ids = torch.randint(0, min(vocab, 256), (2, 16), generator=torch.Generator().manual_seed(1))
     try:
-        measured = _plain_peak(copy.deepcopy(model), ids)
+        measured = _plain_peak(
+            copy.deepcopy(model), lambda m: m(input_ids=ids, labels=ids).loss, ids
+        )
     except Exception as error:
         return {**row, "status": "not-applicable", "error": hf_sweep._err(error)}
     started = time.perf_counter()
