@@ -169,13 +169,16 @@ def storage_of(tensor: torch.Tensor) -> torch.UntypedStorage:
     return (local if isinstance(local, torch.Tensor) else tensor).untyped_storage()
 
 
+def storage_address(storage: torch.UntypedStorage) -> int:
+    """Where a storage's data lies. A storage on the meta device (a fake tensor's) has no
+    address (0 for all of them): its StorageImpl's stands in, unique while it is alive."""
+    return storage._cdata if storage.device.type == "meta" else storage.data_ptr()
+
+
 def storage_key(tensor: torch.Tensor) -> tuple[str, int, int]:
-    """A storage's name while it is alive: its device, address and size. A storage on the meta
-    device (a fake tensor's) has no address, and is named by its StorageImpl's instead."""
+    """A storage's name while it is alive: its device, address and size."""
     storage = storage_of(tensor)
-    if storage.device.type == "meta":
-        return ("meta", storage._cdata, storage.nbytes())
-    return (str(storage.device), storage.data_ptr(), storage.nbytes())
+    return (str(storage.device), storage_address(storage), storage.nbytes())
 
 
 def excluded_storages(objects: Iterable[Any]) -> set[tuple[str, int, int]]:

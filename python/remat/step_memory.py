@@ -71,14 +71,24 @@ def _watched_resize(storage: torch.UntypedStorage, size: int) -> Any:
     return result
 
 
+# CUDA's caching allocator hands out memory in multiples of this many bytes.
+_CUDA_BLOCK = 512
+
+
+def allocated_size(nbytes: int, device_type: str) -> int:
+    """What a storage of `nbytes` takes on `device_type`: on CUDA, rounded up to the caching
+    allocator's blocks (counted so only where storages are counted: an estimated step)."""
+    block = _CUDA_BLOCK if device_type == "cuda" else 1
+    return -(-nbytes // block) * block
+
+
 class _LiveStorages(TorchDispatchMode):
     """Counts the bytes of live storages on one device type, from their creation (or the
     meter's entry) to their release."""
 
-    def __init__(self, device_type: str, block: int = 1) -> None:
+    def __init__(self, device_type: str) -> None:
         super().__init__()
         self._device_type = device_type
-        self._block = block  # sizes count rounded up to this (CUDA's allocator: 512 bytes)
         self._alive: dict[int, tuple[int, Any]] = {}
         self.current = 0
         self.peak = 0
@@ -114,7 +124,7 @@ class _LiveStorages(TorchDispatchMode):
             if self.counting and storage.nbytes() > 0:
                 self.hold(storage, storage.device.type)
             return
-        size = -(-storage.nbytes() // self._block) * self._block
+        size = allocated_size(storage.nbytes(), self._device_type)
         self._alive[storage._cdata] = (size, entry[1])
         self.current += size - entry[0]
         self.peak = max(self.peak, self.current)
@@ -125,7 +135,7 @@ class _LiveStorages(TorchDispatchMode):
         key = storage._cdata
         if key in self._alive:
             return
-        size = -(-storage.nbytes() // self._block) * self._block
+        size = allocated_size(storage.nbytes(), self._device_type)
         reference = weakref.ref(storage, functools.partial(self._released, key))
         self._alive[key] = (size, reference)
         self.current += size
@@ -175,20 +185,15 @@ def _held_tensors(objects: tuple[Any, ...]) -> list[torch.Tensor]:
     return found
 
 
-# CUDA's caching allocator hands out memory in multiples of this many bytes.
-CUDA_BLOCK = 512
-
-
 def held_bytes(*held: Any, device: torch.device) -> int:
     """The bytes of the distinct storages of `held` (modules, optimizers, tensors) on
     `device`'s type: what a step begins with, on a device whose allocator cannot say (on
-    CUDA, each rounded up as its allocator rounds it)."""
-    block = CUDA_BLOCK if device.type == "cuda" else 1
+    CUDA, each as its allocator rounds it)."""
     seen: dict[int, int] = {}
     for tensor in _held_tensors(held):
         for storage, device_type in _storages(tensor):
             if device_type == device.type:
-                seen[storage._cdata] = -(-storage.nbytes() // block) * block
+                seen[storage._cdata] = allocated_size(storage.nbytes(), device_type)
     return sum(seen.values())
 
 

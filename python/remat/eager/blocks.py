@@ -8,6 +8,7 @@ modules of one class, repeated, holding most of the parameters: that is what is 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence, TypeGuard
@@ -30,6 +31,14 @@ class Blocks:
     # Other containers of repeated blocks discovery left out, each with at least half the
     # parameters of the chosen (an encoder beside a decoder).
     left_out: tuple[Blocks, ...] = ()
+
+    @functools.cached_property
+    def _name_by_id(self) -> dict[int, str]:
+        return {id(m): n for m, n in zip(self.modules, self.names)}
+
+    def name_of(self, module: nn.Module) -> str:
+        """A block's dotted path; another module's class name."""
+        return self._name_by_id.get(id(module), type(module).__name__)
 
     def contents(self) -> str:
         """Where the blocks are and what they are: "model.layers (32 × LlamaDecoderLayer)"."""

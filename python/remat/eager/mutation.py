@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..saved_memory import storage_address
 from .snapshots import is_snapshot_mapping
 
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, enum.Enum)
@@ -61,9 +62,7 @@ def _address(tensor: torch.Tensor) -> int:
         storage = tensor.untyped_storage()
     except (RuntimeError, NotImplementedError):  # no storage (a subclass, a functional wrapper)
         return 0
-    if storage.device.type == "meta":  # a fake or meta tensor: no address, its StorageImpl's
-        return storage._cdata + tensor.storage_offset()
-    return tensor.data_ptr()
+    return storage_address(storage) + int(tensor.storage_offset()) * tensor.element_size()
 
 
 def _fields(value: Any) -> dict[str, Any]:

@@ -24,7 +24,7 @@ import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack, _pop_mode, _push_mode
 
 from ...saved_memory import estimating_now
-from ...step_memory import CUDA_BLOCK, _LiveStorages, reset_cuda_peak
+from ...step_memory import _LiveStorages, reset_cuda_peak
 
 # Where a step is: ("pre",) before the blocks' forward; ("forward", i) in block call i's
 # forward; ("after", i) after it (the last: the head and the loss, up to the blocks' backward);
@@ -77,9 +77,7 @@ class StepSegments:
             reset_cuda_peak(self.device)
             self.start_bytes = torch.cuda.memory_allocated(self.device)
         else:
-            self._mode = _LiveStorages(
-                self.device.type, CUDA_BLOCK if self.device.type == "cuda" else 1
-            )
+            self._mode = _LiveStorages(self.device.type)
             self._mode.hold_all(self._held)
             self.start_bytes = self._mode.current
             # Pushed, not entered: the mode is left where the step ends, which may lie inside

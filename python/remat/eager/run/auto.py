@@ -100,8 +100,7 @@ class AutoCheckpoint:
         self.running = Running()
         self.book = PlanBook()
         self.agreement = Agreement(options.plan_group)
-        names = {id(m): n for m, n in zip(blocks.modules, blocks.names)}
-        name = lambda module: names.get(id(module), type(module).__name__)  # noqa: E731
+        name = blocks.name_of
         self.runner = CallRunner(model, self.running, self.notices, name)
         self.recorder = StepRecorder(
             model,

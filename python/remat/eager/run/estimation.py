@@ -23,6 +23,7 @@ from torch.utils._pytree import tree_map
 
 from ... import _core
 from ...saved_memory import estimating
+from ...step_memory import held_bytes
 from ...units import format_bytes, format_seconds, parse_bytes
 from .._runtime import timed_by
 from ..blocks import find_blocks
@@ -245,8 +246,10 @@ def estimate(
                     "data, cannot be estimated: measure the step on the device with "
                     "remat.torch.measure"
                 ) from error
-        parameter_bytes = _bytes([*twin.parameters(), *twin.buffers()])
-        gradient_bytes = _bytes([p for p in twin.parameters() if p.requires_grad])
+        parameter_bytes = held_bytes([*twin.parameters(), *twin.buffers()], device=target)
+        gradient_bytes = held_bytes(
+            [p for p in twin.parameters() if p.requires_grad], device=target
+        )
     return _estimate_of(measured, target, parameter_bytes, gradient_bytes, budget, at)
 
 
@@ -297,11 +300,6 @@ def _row(name: str, plan: Plan | None, measured: Measurement, budget: int | None
     assert figures is not None
     step = None if plan is None else predicted_step(plan, figures, figures.start_bytes, budget or 0)
     return PlanPeak(name, plan, step)
-
-
-def _bytes(tensors: Sequence[torch.Tensor]) -> int:
-    seen = {t.untyped_storage()._cdata: t.untyped_storage().nbytes() for t in tensors}
-    return sum(seen.values())
 
 
 def _fake_tensor(value: torch.Tensor, device: torch.device, mode: FakeTensorMode) -> torch.Tensor:

@@ -32,10 +32,11 @@ class MeasuredStep:
     """One training step of `model`, measured block call by block call.
 
     Used as a context: inside it the blocks are wrapped, and the model's first forward is the
-    step (begun and ended by the model's hooks, as auto_checkpoint's step is). ``by_parts``: the step's peak is measured part by part as well
-    (``segments``, ``record``), and a stock nn.Sequential is measured call by call; otherwise
-    (under a process group) such a chain is measured and planned as one, every block its own
-    region, as auto_checkpoint plans it there."""
+    step (begun and ended by the model's hooks, as auto_checkpoint's step is). ``by_parts``:
+    the step's peak is measured part by part as well (``segments``, ``finish()``), and a stock
+    nn.Sequential is measured call by call; otherwise (under a process group) such a chain is
+    measured and planned as one, every block its own region, as auto_checkpoint plans it
+    there."""
 
     def __init__(
         self,
@@ -53,8 +54,7 @@ class MeasuredStep:
         self.notices = Notices("remat.measure")
         self.running = Running()
         self.agreement = Agreement(plan_group)
-        names = {id(m): n for m, n in zip(blocks.modules, blocks.names)}
-        name = lambda module: names.get(id(module), type(module).__name__)  # noqa: E731
+        name = blocks.name_of
         self.runner = CallRunner(model, self.running, self.notices, name)
         self.segments: StepSegments | None = None  # the step's parts, while measured
         self.recorder = StepRecorder(
