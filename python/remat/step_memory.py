@@ -147,6 +147,12 @@ class _LiveStorages(TorchDispatchMode):
             for storage, device_type in _storages(tensor):
                 self.hold(storage, device_type)
 
+    def ignore_compile_internals(self) -> bool:  # type: ignore[override]
+        # torch.compile runs a frame eagerly while a mode that does not ignore it is on the
+        # stack. A count that passes ops through (a step that ended in its backward leaves it
+        # there until the model's next call) must not turn the user's compiled code eager.
+        return not self.counting
+
     def _released(self, key: int, _reference: Any) -> None:
         entry = self._alive.pop(key, None)
         if entry is not None:

@@ -303,3 +303,25 @@ def test_no_count_is_left_on_the_stack_after_training_or_remove():
     handle.reinstall()
     _train(model, lambda m: m(x))  # the optimizer's step ends each measured step
     assert _get_current_dispatch_mode_stack() == []
+
+
+def test_a_count_left_after_a_backward_does_not_turn_torch_compile_eager():
+    """torch.compile runs a frame eagerly while a dispatch mode is on the stack, unless the
+    mode says it ignores compiled code. The count a step without an optimizer step leaves
+    passes ops through, and must say so: else the user's compiled code silently runs eager."""
+    torch.manual_seed(0)
+    model = Residual(depth=2)
+    handle = rt.auto_checkpoint(model, memory_budget="1GiB")
+    for _ in range(3):
+        model(torch.randn(64, 64)).backward()
+    assert len(_get_current_dispatch_mode_stack()) == 1
+    compiled = []
+
+    def backend(graph, example_inputs):
+        compiled.append(graph)
+        return graph.forward
+
+    doubled = torch.compile(lambda a: a * 2 + 1, backend=backend)
+    assert torch.equal(doubled(torch.ones(3)), torch.full((3,), 3.0))
+    assert len(compiled) == 1
+    handle.remove()
