@@ -29,6 +29,7 @@ from torch import nn
 import remat.torch as rt
 from remat.compiled.budget import BudgetTooSmall
 from remat.compiled.measure import measured_peak
+from remat.step_memory import held_at_start
 from remat.units import format_bytes
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -51,7 +52,9 @@ def step(model: nn.Module, x: torch.Tensor) -> None:
 def compiled_step(model, x, backend, budget, offload, devices):
     """(solver, measured peak, seconds) of the first compiled step and a timed second one."""
     torch._dynamo.reset()
-    with rt.use(memory_budget=budget, offload=offload) as solver:
+    # use() takes the whole step's peak; `budget` is beyond the step's start.
+    start = held_at_start(x.device, model, x)
+    with rt.use(memory_budget=start + budget, offload=offload) as solver:
         solver.offload_devices = devices
         compiled = torch.compile(model, backend=backend)
         step(compiled, x)  # compiles
@@ -89,14 +92,15 @@ def main() -> None:
             compiled_step(copy.deepcopy(base), x, backend, 1, False, devices)
             raise RuntimeError("a 1-byte budget compiled")
         except BudgetTooSmall as error:
-            least = error.least_peak
+            least = error.least_peak - error.start  # beyond the step's start, as `budget`
         for share in (1.0, 0.9, 0.8):
             budget = int(share * least) - 1
             model = copy.deepcopy(base)
             try:
                 solver, peak, seconds = compiled_step(model, x, backend, budget, True, devices)
             except BudgetTooSmall as error:
-                rows.append((backend, least, budget, None, error.least_peak, None, None, None))
+                beyond = error.least_peak - error.start
+                rows.append((backend, least, budget, None, beyond, None, None, None))
                 continue
             chosen = solver.choices[-1].chosen
             model.zero_grad(set_to_none=True)

@@ -15,6 +15,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 import models  # noqa: E402
 import remat.torch as rt  # noqa: E402
 from remat.compiled import measured_peak, survey  # noqa: E402
+from remat.step_memory import held_at_start  # noqa: E402
 
 MODELS = {
     "gpt": lambda: models.make_gpt(depth=2, width=64, heads=4, seq=32, batch=4, dropout=0.0),
@@ -44,12 +45,15 @@ def grads(model):
 
 
 def compiled_run(name, budget, backend="aot_eager"):
-    """(solver, predicted peak, measured peak, gradients) of one compiled step at ``budget``."""
+    """(solver, predicted peak, measured peak, gradients) of one compiled step at ``budget``
+    beyond what the step holds as it begins (the model and the input): the curve's unit, and
+    the measured one's. use() takes the whole step's peak: it is given the start too."""
     torch._dynamo.reset()
     model, x = build(name)
+    start = held_at_start("cpu", model, x)
     with (
         functorch_config.patch(enable_autograd_cache=False),
-        rt.use(memory_budget=budget) as solver,
+        rt.use(memory_budget=start + budget) as solver,
     ):
         compiled = torch.compile(with_loss(model), backend=backend)
         step(compiled, x)
@@ -57,6 +61,7 @@ def compiled_run(name, budget, backend="aot_eager"):
         measured = measured_peak(lambda: step(compiled, x))
         gradients = grads(model)
     assert len(solver.choices) == 1, "one graph, one decision"
+    assert solver.choices[0].start_bytes == start
     return solver, solver.choices[0].chosen.peak.peak, measured, gradients
 
 

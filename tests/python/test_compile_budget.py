@@ -37,9 +37,13 @@ from compile_cases import (  # noqa: E402, F401  (no_survey_left_behind: an auto
 )
 from remat.compiled import (  # noqa: E402
     BudgetTooSmall,
+    measured_peak,
     survey,  # noqa: E402
 )
+from remat.compiled.budget import OptimizerStepTooLarge  # noqa: E402
 from remat.compiled.tradeoff_curve import _default_loss  # noqa: E402
+from remat.optimizer_footprint import optimizer_footprint  # noqa: E402
+from remat.step_memory import held_at_start  # noqa: E402
 from remat.units import format_bytes  # noqa: E402
 
 
@@ -123,9 +127,12 @@ def test_inductor_within_its_stated_excess_over_byte_budgets():
 
 def test_a_budget_below_every_plan_raises_at_compile_time_naming_the_least_peak(curve):
     name, result = curve
-    least = min(p.predicted_peak for p in result.points)
+    least = result.start_bytes + min(p.predicted_peak for p in result.points)
     with pytest.raises(BudgetTooSmall, match=f"least predicted peak.*{least} bytes") as raised:
-        compiled_run(name, least - 1)
+        compiled_run(name, least - result.start_bytes - 1)
+    # The step's peak: what it begins holding and the graph's least peak beyond it.
+    assert raised.value.start == result.start_bytes
+    assert "the step holds as it begins (parameters, buffers, inputs)" in str(raised.value)
     # Not wrapped in dynamo's BackendCompilerFailed, and no frame of dynamo's but its entry.
     assert type(raised.value) is BudgetTooSmall and raised.value.least_peak == least
     assert "not the one remat.torch.tradeoff() surveyed" not in str(raised.value)
@@ -145,12 +152,14 @@ def test_a_compile_of_another_graph_than_the_survey_is_told_apart():
     torch._dynamo.reset()
     with (
         functorch_config.patch(enable_autograd_cache=False),
-        rt.use(memory_budget=least - 1),
+        rt.use(memory_budget=result.start_bytes + least - 1),
         pytest.raises(BudgetTooSmall, match="not the one remat.torch.tradeoff.. surveyed") as err,
     ):
         torch.compile(model, backend="aot_eager")(x).mean().backward()
     assert f"the curve's least predicted peak is {format_bytes(least)}" in str(err.value)
-    assert f"this graph's is {format_bytes(err.value.least_peak)}" in str(err.value)
+    # Both beyond the step's start: the graphs' own peaks.
+    beyond = err.value.least_peak - err.value.start
+    assert f"this graph's is {format_bytes(beyond)}" in str(err.value)
     torch._dynamo.reset()
     with (
         functorch_config.patch(enable_autograd_cache=False),
@@ -390,3 +399,90 @@ def test_plot_tradeoff(tmp_path, curve):
     path = remat.plot.plot_tradeoff(result, tmp_path / "tradeoff.png")
     assert path.stat().st_size > 1000
     assert "predicted peak" in str(result)
+
+
+def _mlp(batch):
+    torch.manual_seed(0)
+    block = lambda: nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64))  # noqa: E731
+    return nn.Sequential(*(block() for _ in range(3))), torch.randn(batch, 64)
+
+
+def test_the_budget_is_the_whole_steps_with_the_optimizer_counted_before_its_state_exists():
+    """use(memory_budget=) takes the training step's peak: a graph gets what the step's start
+    leaves (the parameters and the batch; with optimizer=, AdamW's state before its first step
+    creates it). Every step, the first included, measures within the budget."""
+    model, x = _mlp(256)
+    loss = lambda y: y.square().mean()  # noqa: E731
+    optimizer = torch.optim.AdamW(model.parameters())
+    curve = rt.tradeoff(model, x, backend="aot_eager", measure=0, loss=loss, verbose=False)
+    state = optimizer_footprint(optimizer).state_bytes
+    middle = sorted(p.predicted_peak for p in curve.curve)[len(curve.curve) // 2]
+    budget = curve.start_bytes + state + middle
+    torch._dynamo.reset()
+    with (
+        functorch_config.patch(enable_autograd_cache=False),
+        rt.use(memory_budget=budget, optimizer=optimizer) as solver,
+    ):
+        compiled = torch.compile(lambda t: loss(model(t)), backend="aot_eager")
+        for _ in range(3):
+            start = held_at_start("cpu", model, optimizer, x)
+
+            def train_step():
+                compiled(x).backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # optimizer= given: nothing to say
+                assert start + measured_peak(train_step, "cpu") <= budget
+    (choice,) = solver.choices
+    assert choice.start_bytes == curve.start_bytes + state
+    assert choice.start_bytes + choice.chosen.peak.peak <= budget
+    # Without optimizer=, the CPU count sees the graph's inputs only, not the state: the same
+    # budget would leave the graph the state's bytes more, and later steps go over.
+    torch._dynamo.reset()
+    with (
+        functorch_config.patch(enable_autograd_cache=False),
+        rt.use(memory_budget=budget) as alone,
+    ):
+        model.zero_grad(set_to_none=True)
+        torch.compile(lambda t: loss(model(t)), backend="aot_eager")(x).backward()
+        with pytest.warns(UserWarning, match="planned without its gradients, state and step"):
+            optimizer.step()
+    assert alone.choices[0].start_bytes == curve.start_bytes
+    torch._dynamo.reset()
+
+
+def test_an_optimizer_step_over_the_budget_is_refused_naming_it():
+    """With a small batch AdamW's step is the step's peak: a budget under it is refused at
+    compile time, though a plan of the graph would fit, since no plan lowers it."""
+    model, x = _mlp(2)
+    loss = lambda y: y.square().mean()  # noqa: E731
+    optimizer = torch.optim.AdamW(model.parameters())
+    footprint = optimizer_footprint(optimizer)
+    start = held_at_start("cpu", model, x) + footprint.state_bytes
+    peak = start + footprint.gradient_bytes + footprint.step_bytes
+    torch._dynamo.reset()
+    with (
+        functorch_config.patch(enable_autograd_cache=False),
+        rt.use(memory_budget=peak - 1, optimizer=optimizer),
+        pytest.raises(rt.BudgetTooSmall, match=f"optimizer's step, .* \\({peak} bytes") as err,
+    ):
+        torch.compile(lambda t: loss(model(t)), backend="aot_eager")(x).backward()
+    assert isinstance(err.value, OptimizerStepTooLarge) and err.value.least_peak == peak
+    torch._dynamo.reset()
+    with (
+        functorch_config.patch(enable_autograd_cache=False),
+        rt.use(memory_budget=peak, optimizer=optimizer) as solver,
+    ):
+        torch.compile(lambda t: loss(model(t)), backend="aot_eager")(x).backward()
+    assert solver.choices[0].start_bytes + solver.choices[0].chosen.peak.peak < peak
+    torch._dynamo.reset()
+
+
+def test_the_optimizer_needs_a_byte_budget_and_must_be_one():
+    model, _ = _mlp(2)
+    with pytest.raises(ValueError, match="optimizer: counts toward a memory_budget"):
+        rt.use(optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+    with pytest.raises(TypeError, match="optimizer: expected a torch.optim.Optimizer, got list"):
+        rt.use(memory_budget="1GiB", optimizer=[])

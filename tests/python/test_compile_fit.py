@@ -28,7 +28,7 @@ from compile_cases import (  # noqa: E402, F401  (no_survey_left_behind: an auto
     with_loss,
 )
 from remat.compiled import measured_peak  # noqa: E402
-from remat.step_memory import held_at_start  # noqa: E402
+from remat.step_memory import held_at_start, held_bytes  # noqa: E402
 
 
 def test_fit_finds_a_budget_that_holds_as_measured_on_inductor(capsys):
@@ -53,10 +53,12 @@ def test_fit_finds_a_budget_that_holds_as_measured_on_inductor(capsys):
     # does not warn about inductor for a target fit() measured.
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        _, predicted, measured, _ = compiled_run("llama", found.memory_budget, backend="inductor")
-    assert measured <= budget and predicted <= found.memory_budget
+        # compiled_run's budget is beyond the step's start, as the curve's; fit()'s is whole.
+        beyond = found.memory_budget - result.start_bytes
+        _, predicted, measured, _ = compiled_run("llama", beyond, backend="inductor")
+    assert measured <= budget and predicted <= beyond
     assert not [w for w in caught if "inductor compiles this graph" in str(w.message)]
-    with pytest.raises(rt.BudgetNotMet, match="the least predicted peak of this compile is"):
+    with pytest.raises(rt.BudgetNotMet, match="the least predicted step peak of this compile is"):
         rt.fit(
             model,
             x,
@@ -77,10 +79,10 @@ def test_fit_tries_the_least_plan_when_every_plan_is_predicted_over_the_budget()
     with pytest.raises(rt.BudgetTooSmall) as refused:
         with functorch_config.patch(enable_autograd_cache=False), rt.use(memory_budget=1):
             torch.compile(lambda t: loss(model(t)))(x).backward()
-    least = refused.value.least_peak
+    least, start = refused.value.least_peak, refused.value.start
+    assert start == held_at_start("cpu", model, x)
     torch._dynamo.reset()
-    start = held_at_start("cpu", model, x)
-    whole = start + int(0.9 * least)
+    whole = start + int(0.9 * (least - start))
     found = rt.fit(model, x, memory_budget=whole, loss=loss, verbose=False)
     assert found.memory_budget == least and found.measured <= whole
     assert len(found.attempts) == 1
@@ -110,13 +112,14 @@ def test_fit_holds_each_budget_on_inductor_as_the_budget_falls(name):
             assert least is None or least > whole, str(refused)
             continue
         # A target above the budget is the least plan's (tried when all are predicted over).
-        assert found.measured <= whole and found.memory_budget <= max(budget, low)
+        assert found.measured <= whole
+        assert found.memory_budget <= result.start_bytes + max(budget, low)
         met.append((budget, found.measured, found.memory_budget))
     assert met, f"{name}: no budget met, even at twice every plan's prediction"
     measured = [m for _, m, _ in met]
     assert measured == sorted(measured, reverse=True), met
     _, _, target = met[-1]
-    _, _, _, gradients = compiled_run(name, target, backend="inductor")
+    _, _, _, gradients = compiled_run(name, target - result.start_bytes, backend="inductor")
     for got, want in zip(gradients, eager):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
 
@@ -156,7 +159,7 @@ def test_fit_holds_on_a_hugging_face_decoder_under_inductor():
     for a, b in zip(got, grads(model)):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     torch._dynamo.reset()
-    with pytest.raises(rt.BudgetNotMet, match="the least predicted peak of this compile is"):
+    with pytest.raises(rt.BudgetNotMet, match="the least predicted step peak of this compile is"):
         # One byte beyond what the step begins holding: no plan is predicted within it.
         start = found.attempts[-1].start
         rt.fit(model, *args, memory_budget=start + 1, loss=zoo.loss, verbose=False, **kwargs)
@@ -188,7 +191,8 @@ def test_fit_counts_the_optimizer_and_leaves_the_training_state_as_it_was():
     assert alone.measured < found.measured - state_bytes // 2
     torch._dynamo.reset()
     with functorch_config.patch(enable_autograd_cache=False):
-        with rt.use(memory_budget=found.memory_budget):
+        # use() counts the optimizer's state before its first step creates it.
+        with rt.use(memory_budget=found.memory_budget, optimizer=optimizer) as solver:
             compiled = torch.compile(lambda t: loss(model(t)), backend="aot_eager")
 
             def train_step():
@@ -199,4 +203,7 @@ def test_fit_counts_the_optimizer_and_leaves_the_training_state_as_it_was():
             for _ in range(3):
                 start = held_at_start("cpu", model, optimizer, x)
                 assert start + measured_peak(train_step, "cpu") <= budget
+    # The state it counted before the first step is the state the steps made.
+    state = held_bytes(*optimizer.state.values(), device=torch.device("cpu"))
+    assert solver.choices[0].start_bytes == curve.start_bytes + state
     torch._dynamo.reset()

@@ -43,20 +43,55 @@ class BudgetTooSmall(MemoryError, _Unwrapped):  # type: ignore[misc]
     Raised inside torch.compile's partitioner, it reaches the compiled call as itself, not as
     dynamo's BackendCompilerFailed: the traceback runs from the user's call to the plan's
     choice, without the ~60 frames of dynamo, AOTAutograd and the partitioner in between
-    (TORCHDYNAMO_VERBOSE=1 keeps them)."""
+    (TORCHDYNAMO_VERBOSE=1 keeps them).
 
-    def __init__(self, budget: int, least: "Candidate", evaluated: int) -> None:
-        self.budget, self.least_peak = budget, least.peak.peak
+    ``budget`` and ``least_peak`` are the whole step's (``start`` is what the step holds as it
+    begins); ``least`` is the graph's least plan, its peak beyond the start."""
+
+    def __init__(
+        self, budget: int, least: "Candidate", evaluated: int, start: int = 0, why: str = ""
+    ) -> None:
+        self.budget, self.evaluated, self.start = budget, evaluated, start
+        self.least: Candidate | None = least
+        self.least_peak = start + least.peak.peak
         # The frame that raises: dynamo cuts the traceback above it (ShortenTraceback).
         self.first_useful_frame = sys._getframe(1)
+        graph = (
+            f"forward {format_bytes(least.peak.forward_peak)}, "
+            f"backward {format_bytes(least.peak.backward_peak)}"
+        )
+        if start:
+            where = (
+                f"{format_bytes(start)} the step holds as it begins{why}, and this compiled "
+                f"graph's least peak beyond it, {format_bytes(least.peak.peak)} ({graph})"
+            )
+        else:
+            where = graph
         MemoryError.__init__(
             self,
             f"memory_budget: {format_bytes(budget)} ({budget} bytes) is below the least "
-            f"predicted peak of this compiled graph, {format_bytes(least.peak.peak)} "
-            f"({least.peak.peak} bytes: forward {format_bytes(least.peak.forward_peak)}, "
-            f"backward {format_bytes(least.peak.backward_peak)}), reached by recomputing "
+            f"predicted peak of this training step, {format_bytes(self.least_peak)} "
+            f"({self.least_peak} bytes: {where}), reached by recomputing "
             f"{len(least.recomputed)} of the candidate ops; {evaluated} plans were predicted. "
             "Raise the budget, or shrink the batch.",
+        )
+
+
+class OptimizerStepTooLarge(BudgetTooSmall):
+    """The optimizer's step alone is predicted over the budget: no checkpoint plan helps."""
+
+    def __init__(self, budget: int, optimizer_peak: int, start: int) -> None:
+        self.budget, self.least_peak, self.start = budget, optimizer_peak, start
+        self.least, self.evaluated = None, 0
+        self.first_useful_frame = sys._getframe(1)
+        MemoryError.__init__(
+            self,
+            f"memory_budget: {format_bytes(budget)} ({budget} bytes) is below the predicted "
+            f"peak of the optimizer's step, {format_bytes(optimizer_peak)} ({optimizer_peak} "
+            "bytes: the parameters, their gradients, its state and its temporaries, beside "
+            f"what else the step holds; {format_bytes(start)} as it begins), which no "
+            "checkpoint plan lowers. Raise the budget, or shrink the model's training state "
+            "(a lighter optimizer, fewer trained parameters).",
         )
 
 
@@ -82,6 +117,8 @@ class GraphChoice:
     # Of `seconds`: the min-cuts, the forward/backward splits and the liveness walks.
     step_seconds: dict[str, float] = field(default_factory=dict)
     bounded: int = 0  # plans ruled out by a lower bound on their peak, without a split
+    # What the step holds as it begins: a plan's predicted step peak is this plus its peak.
+    start_bytes: int = 0
 
 
 def front_plans(

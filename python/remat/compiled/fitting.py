@@ -9,8 +9,8 @@ step. ``fit`` compiles the model at the budget, measures one step, and while the
 over the budget it compiles again at a lower target: the last plan's prediction less what the
 step measured over the budget (so the next plan must shed at least the excess seen), or, where
 no plan is predicted that low, the least plan once. It returns the target to give ``use()``
-(a graph's peak beyond what the step begins holding), with every attempt; each costs one compile
-and two steps.
+(the whole step's peak, as ``use()`` takes it, with the same optimizer), with every attempt;
+each costs one compile and two steps.
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ import torch
 
 from ..step_memory import HostCopy, held_at_start
 from ..units import format_bytes, parse_bytes
-from .budget import BudgetTooSmall
+from .budget import BudgetTooSmall, OptimizerStepTooLarge
 from .solver import FITTED_TARGETS
 
 
 @dataclass(frozen=True)
 class Attempt:
-    target: int  # bytes: the memory_budget this compile was given (beyond the step's start)
-    predicted: int  # bytes: its chosen plan's predicted peak beyond the step's start
+    target: int  # bytes: the memory_budget this compile was given (the whole step's)
+    predicted: int  # bytes: its chosen plan's predicted step peak
     measured: int  # bytes: one step's measured peak, whole: what it began holding included
     seconds: float  # the compile and the two steps
     start: int = 0  # bytes: what the measured step held as it began
@@ -39,7 +39,7 @@ class Attempt:
 
 @dataclass
 class Fit:
-    memory_budget: int  # bytes: what to give use(memory_budget=...) for this compile
+    memory_budget: int  # bytes: what to give use(memory_budget=..., optimizer=...)
     budget: int  # bytes: what the whole step must measure within
     attempts: list[Attempt] = field(default_factory=list)
 
@@ -108,9 +108,8 @@ def fit(
 
     A step is ``loss(model(*example_inputs)).backward()``, then ``optimizer.step()`` when
     `optimizer` is given. Its peak counts what it holds as it begins (parameters, buffers, the
-    inputs, the optimizer's state) and everything it allocates. It compiles at the budget less
-    what the step begins holding, measures one step, and while the step is over it compiles
-    again at a lower target (the plan's prediction less the excess it measured, or the least
+    inputs, the optimizer's state) and everything it allocates. It compiles at the budget,
+    measures one step, and while the step is over it compiles again at a lower target (the plan's prediction less the excess it measured, or the least
     plan); each attempt is one compile and two steps. When every plan is predicted over the
     budget, the least plan is still compiled and measured once, if its prediction is at most
     twice the budget (a step can measure under its prediction). The parameters and the
@@ -132,8 +131,8 @@ def fit(
         **example_kwargs: its keyword arguments.
 
     Returns:
-        The fit: ``memory_budget`` (the target to give ``use()``, which counts a graph's peak
-        beyond the step's start), the step's ``measured`` peak, and every attempt.
+        The fit: ``memory_budget`` (the target to give ``use()``, with the same optimizer), the
+        step's ``measured`` peak, and every attempt.
 
     Raises:
         BudgetNotMet: no attempt measured within the budget; it names the least measured peak.
@@ -141,7 +140,7 @@ def fit(
     Example:
         ```python
         fitted = remat.torch.fit(model, x, memory_budget="6GiB", optimizer=opt, loss=loss_fn)
-        with remat.torch.use(memory_budget=fitted.memory_budget):
+        with remat.torch.use(memory_budget=fitted.memory_budget, optimizer=opt):
             train_step(x).backward()
         ```
     """
@@ -160,7 +159,7 @@ def fit(
             f"the step holds {format_bytes(start)} ({start} bytes) before it begins "
             "(parameters, buffers, inputs, optimizer state)",
         )
-    target = budget - start
+    target = budget
     kept = _training_state(model, optimizer)  # put back after each attempt
     for _ in range(max_attempts):
         started = time.perf_counter()
@@ -174,19 +173,24 @@ def fit(
                 target,
                 optimizer=optimizer,
             )
+        except OptimizerStepTooLarge as error:
+            torch._dynamo.reset()
+            raise BudgetNotMet(budget, attempts, str(error)) from error
         except BudgetTooSmall as error:
             torch._dynamo.reset()
             tried = {attempt.target for attempt in attempts}
             # The least plan, once: after an excess overshot it, or first when every plan is
             # predicted over the budget, since a compiled step can measure well under the
-            # prediction (inductor: 0.72-0.82 of it on small MLPs). Not past twice the budget.
-            if error.least_peak not in tried and error.least_peak <= 2 * (budget - start):
+            # prediction (inductor: 0.72-0.82 of it on small MLPs). Not when the graph's part
+            # of it is past twice the budget's.
+            beyond = error.least_peak - error.start
+            if error.least_peak not in tried and beyond <= 2 * (budget - error.start):
                 target = error.least_peak
                 continue
             why = (
-                f"no plan is predicted within {format_bytes(target)} beyond the "
-                f"{format_bytes(start)} the step begins holding (the least predicted peak of "
-                f"this compile is {format_bytes(error.least_peak)})"
+                f"no plan is predicted within {format_bytes(target)} (the least predicted step "
+                f"peak of this compile is {format_bytes(error.least_peak)}, "
+                f"{format_bytes(error.start)} of it held as the step begins)"
             )
             raise BudgetNotMet(budget, attempts, why) from error
         finally:
@@ -195,14 +199,18 @@ def fit(
             raise RuntimeError(
                 "remat.torch.fit: torch.compile partitioned no graph with recomputable ops"
             )
-        predicted = max(choice.chosen.peak.peak for choice in solver.choices if choice.chosen)
+        predicted = max(
+            choice.start_bytes + choice.chosen.peak.peak
+            for choice in solver.choices
+            if choice.chosen
+        )
         measured = start + beyond
         seconds = time.perf_counter() - started
         attempts.append(Attempt(target, predicted, measured, seconds, start))
         if verbose:
             print(
                 f"remat.torch.fit: target {format_bytes(target)}: predicted "
-                f"{format_bytes(start + predicted)}, measured {format_bytes(measured)} "
+                f"{format_bytes(predicted)}, measured {format_bytes(measured)} "
                 f"({seconds:.1f} s)",
                 file=sys.stderr,
                 flush=True,

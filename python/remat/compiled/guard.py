@@ -42,14 +42,21 @@ def guarded_choice(
             return saved_values  # another budget (a region annotation), or the solver decided
         if solver.survey or solver.memory_budget is None:
             return saved_values
+        budget, start = solver.graph_budget(joint_graph)
         partitioner = Partitioner(joint_graph, node_info)
         peak = partitioner.partition_saving(list(saved_values)).peak
         candidate = Candidate((), 0.0, peak)
         solver.choices.append(
-            GraphChoice(budget=solver.memory_budget, chosen=candidate, candidates=[candidate])
+            GraphChoice(
+                budget=solver.memory_budget,
+                chosen=candidate,
+                candidates=[candidate],
+                start_bytes=start,
+            )
         )
-        if peak.peak > solver.memory_budget:
-            raise BudgetTooSmall(solver.memory_budget, candidate, 1)
+        assert budget is not None  # a byte budget, not surveying (checked above)
+        if peak.peak > budget:
+            raise BudgetTooSmall(solver.memory_budget, candidate, 1, start)
         return saved_values
 
     choose_saved_values_set._remat_unguarded = (original, previous_ratio)  # type: ignore[attr-defined]

@@ -30,6 +30,7 @@ from . import survey as _survey
 from .budget import (
     BudgetTooSmall,
     GraphChoice,
+    OptimizerStepTooLarge,
     candidate_sizes,
     choose,
     front_plans,
@@ -37,6 +38,7 @@ from .budget import (
 )
 from .guard import ROUTE_TO_SOLVER, guarded_choice, unguarded
 from .partition import Partitioner, require_partitioner_internals
+from .step_start import StartCounter
 
 try:
     from torch._inductor.custom_graph_pass import CustomKnapsackSolver
@@ -164,6 +166,7 @@ class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
         memory_budget: int | float | str | None = None,
         max_candidates: int = 33,
         offload: bool = False,
+        optimizer: torch.optim.Optimizer | None = None,
     ) -> None:
         _require_custom_knapsack_solver()
         if not isinstance(offload, bool):
@@ -197,6 +200,10 @@ class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
         if memory_budget is not None:
             require_partitioner_internals()
         self.max_candidates = max_candidates
+        # memory_budget is the whole step's: each graph gets what the step's start leaves.
+        self.start = StartCounter(optimizer)
+        # Off for tradeoff()'s measured points: a budget on the graph's own peak, its curve's.
+        self.counts_start = True
         # When no plan fits on the device alone: move the saved values torch's activation
         # offloading accepts to the host (budget.choose), on graphs of these devices (on the
         # CPU the host is the device: the copy frees nothing).
@@ -218,6 +225,7 @@ class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
         # graph (off inside fit() and tradeoff(), which measure, and for a target fit() found).
         self.warn_on_inductor = True
         self.warned_dynamic = False  # said once: a graph's plan holds at its traced sizes only
+        self.warned_unsized = False  # said once: an optimizer steps that the budget left out
 
     def __call__(
         self,
@@ -266,20 +274,24 @@ class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
         sizes = candidate_sizes(nodes)
         plans = front_plans(sizes, runtimes, self.max_candidates)
         key = _survey.graph_key(len(joint_graph.nodes), partitioner.num_fwd_outputs, sizes)
+        budget, start = self.graph_budget(joint_graph)
         try:
             choice = choose(
                 plans,
                 lambda recomputed, budget, offload: partitioner.predict(
                     [nodes[i] for i in recomputed], budget if self.bound_plans else None, offload
                 ),
-                None if self.survey else self.memory_budget,
+                budget,
                 offload=self.offload and _device_type(joint_graph) in self.offload_devices,
             )
         except BudgetTooSmall as error:
             note = _survey.mismatch(key, error.least_peak)
+            whole = self._step_error(error, start)
+            whole.first_useful_frame = sys._getframe(0)  # the frame that raises it
             if note:
-                error.args = (f"{error.args[0]} Note: {note}.",)
-            raise
+                whole.args = (f"{whole.args[0]} Note: {note}.",)
+            raise whole from None
+        choice.start_bytes = start
         choice.graph_key = key
         choice.step_seconds = dict(partitioner.seconds)
         if not self.survey:
@@ -303,6 +315,30 @@ class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
         if self.survey:
             return list(range(len(nodes))), []
         return knapsack_answer(choice, len(nodes))
+
+    def graph_budget(self, joint_graph: Any) -> tuple[int | None, int]:
+        """(the budget left to this graph's peak, what the step holds as it begins): the
+        memory budget less the start (step_start.py). None when surveying. Raises
+        OptimizerStepTooLarge when the optimizer's step alone is predicted over the budget."""
+        if self.survey or self.memory_budget is None:
+            return None, 0
+        if not self.counts_start:
+            return self.memory_budget, 0
+        start = self.start(joint_graph)
+        if start.optimizer_peak > self.memory_budget:
+            raise OptimizerStepTooLarge(self.memory_budget, start.optimizer_peak, start.start)
+        return self.memory_budget - start.start, start.start
+
+    def _step_error(self, error: BudgetTooSmall, start: int) -> BudgetTooSmall:
+        """`error`, raised against the graph's share of the budget, told in the whole step's."""
+        if not start or self.memory_budget is None or error.least is None:
+            return error
+        why = (
+            " (parameters, inputs, gradients held, the optimizer's state)"
+            if self.start.optimizer is not None
+            else " (parameters, buffers, inputs)"
+        )
+        return BudgetTooSmall(self.memory_budget, error.least, error.evaluated, start, why)
 
     def _warn_if_dynamic(self, joint_graph: Any) -> None:
         if self.warned_dynamic or not _has_symbolic_sizes(joint_graph):
@@ -336,6 +372,7 @@ class RematKnapsackSolver(CustomKnapsackSolver or object):  # type: ignore[misc]
         key = (
             f"remat-{__version__}-{self.solver}-{self.time_limit}-{self.memory_budget}"
             f"-{self.max_candidates}-{self.survey}-{self.offload}-{self.offload_devices}"
+            f"-{self.counts_start}-{self.start.optimizer is not None}"
         )
         return hashlib.sha256(key.encode()).hexdigest()
 
@@ -345,15 +382,18 @@ class use:
     when used as a context manager (a plain call leaves remat in place).
 
     ``use()`` / ``use("exact")``: torch's ratio budget (``activation_memory_budget``), solved
-    exactly. ``use(memory_budget="6GiB")`` (or bytes): each compiled graph gets the
-    least-recompute plan whose predicted peak fits, the peak of everything its forward and
-    backward allocate (activations, recomputed tensors, the backward's working set and the
-    gradients it returns; not parameters, inputs or optimizer state). It routes every graph to
-    remat by setting ``activation_memory_budget`` just above 0. The budget holds for each
-    compiled graph on its own: with a graph break, their sum can exceed it (a warning says so).
-    The prediction follows ``aot_eager``'s order; on inductor, :func:`fit` finds the budget
-    that holds as measured (``use()`` warns once when inductor compiles a graph it plans, unless
-    the budget is a target ``fit()`` found).
+    exactly. ``use(memory_budget="24GiB")`` (or bytes): the training step's peak on the device,
+    as ``auto_checkpoint`` takes it. A compiled graph gets the least-recompute plan whose
+    predicted peak fits what the step's start leaves of the budget: on CUDA everything
+    allocated when the graph is partitioned (at its first call), on the CPU the graph's inputs
+    (parameters, buffers, the batch); with ``optimizer=``, also its gradients and its state,
+    counted before its first step creates it, and its step's own peak is checked. It routes
+    every graph to remat by setting ``activation_memory_budget`` just above 0. With a graph
+    break each graph is planned on its own (a warning says so): on CUDA a later graph's start
+    holds what earlier ones left live, on the CPU it does not. The prediction follows
+    ``aot_eager``'s order; on inductor, :func:`fit` finds the budget that holds as measured
+    (``use()`` warns once when inductor compiles a graph it plans, unless the budget is one
+    ``fit()`` found).
 
     ``offload=True``: where no plan of a CUDA graph fits the budget on the device alone, the
     least-recompute plan that fits with its saved activations moved to host memory is chosen,
@@ -365,16 +405,20 @@ class use:
     Args:
         solver: "exact" (the default), "sliding_hirschberg", "dp" or "greedy".
         time_limit: seconds for each knapsack solve (None: no limit).
-        memory_budget: a byte budget for each compiled graph's peak (None: torch's ratio).
+        memory_budget: the training step's peak on the device, in bytes or with a unit
+            (None: torch's ratio).
         max_candidates: the most plans predicted per graph.
         offload: offload saved activations to meet budgets the device alone cannot.
+        optimizer: the optimizer that trains the compiled model: its gradients, state and step
+            count in the step (None: the step ends with the backward).
 
     Returns:
         As a context manager, the installed :class:`RematKnapsackSolver`, whose ``choices``
         record each graph's choice.
 
     Raises:
-        BudgetTooSmall: at compile time, naming the least predicted peak, when no plan fits.
+        BudgetTooSmall: at compile time, naming the least predicted peak, when no plan fits
+            (``OptimizerStepTooLarge``, one of them, when the optimizer's step alone does not).
 
     Example:
         ```python
@@ -391,16 +435,21 @@ class use:
         memory_budget: int | float | str | None = None,
         max_candidates: int = 33,
         offload: bool = False,
+        optimizer: torch.optim.Optimizer | None = None,
     ) -> None:
+        if optimizer is not None and memory_budget is None:
+            raise ValueError("optimizer: counts toward a memory_budget in bytes; give one")
         self.knapsack_solver = RematKnapsackSolver(
             solver,
             time_limit=time_limit,
             memory_budget=memory_budget,
             max_candidates=max_candidates,
             offload=offload,
+            optimizer=optimizer,
         )
         self._offload = offload
         self._previous: tuple[Any, ...] | None = None
+        self._unsized_hook: Any = None
         self._install()
 
     def _install(self) -> None:
@@ -419,6 +468,7 @@ class use:
             functorch_config.enable_activation_offloading = True
             functorch_config.activation_offload_separate_stream = False
         functorch_config.activation_memory_budget_solver = self.knapsack_solver
+        self._unsized_hook = self._watch_for_an_unsized_optimizer()
         # An earlier plain use(memory_budget=...) left its guard and routing ratio in place;
         # this one replaces them rather than stacking on them.
         torch_choice, ratio = unguarded(partitioners.choose_saved_values_set)
@@ -431,6 +481,31 @@ class use:
             functorch_config.activation_memory_budget = ROUTE_TO_SOLVER
         else:
             partitioners.choose_saved_values_set = torch_choice
+
+    def _watch_for_an_unsized_optimizer(self) -> Any:
+        """Under a byte budget without optimizer=, a hook that warns once when an optimizer
+        steps after a graph was planned: its state and step were not in the plan's budget."""
+        solver = self.knapsack_solver
+        if solver.memory_budget is None or solver.start.optimizer is not None:
+            return None
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        def warn(optimizer: torch.optim.Optimizer, *_: Any) -> None:
+            installed = functorch_config.activation_memory_budget_solver is solver
+            if solver.warned_unsized or not solver.counts_start or not solver.choices:
+                return
+            if not installed:  # a later use() replaced this one
+                return
+            solver.warned_unsized = True
+            warnings.warn(
+                f"remat.torch.use(memory_budget=...): a {type(optimizer).__name__} steps, and "
+                "the compiled graphs were planned without its gradients, state and step in the "
+                "budget; give use(memory_budget=..., optimizer=optimizer) so the whole training "
+                "step holds it",
+                stacklevel=2,
+            )
+
+        return register_optimizer_step_pre_hook(warn)
 
     def __enter__(self) -> RematKnapsackSolver:
         if self._previous is None:  # entered again after an exit: in place once more
@@ -446,6 +521,8 @@ class use:
             partitioners.choose_saved_values_set,
         ) = self._previous
         self._previous = None
+        if self._unsized_hook is not None:
+            self._unsized_hook.remove()
         if self._previous_offloading is not None:
             (
                 functorch_config.enable_activation_offloading,

@@ -210,6 +210,7 @@ def tradeoff(
                 backend,
                 point.predicted_peak,
                 max_candidates,
+                whole_step=False,
             )
             result.points[index] = TradeoffPoint(**{**point.__dict__, "measured_peak": peak})
             result.measured.append(index)
@@ -231,20 +232,25 @@ def compile_and_measure(
     memory_budget: int,
     max_candidates: int = 33,
     optimizer: torch.optim.Optimizer | None = None,
+    whole_step: bool = True,
 ) -> tuple[Any, int, int]:
     """``loss(model(*args, **kwargs))`` compiled with ``backend`` under
-    ``use(memory_budget=...)``, its step run once to compile and once measured: the solver (with
-    its choices), the measured step's peak beyond what it held as it began, and what it held
-    then. A step is the backward, then `optimizer`'s step when given (whose state the first
-    step creates, so that the measured one begins holding it); gradients are cleared after each.
-    Resets dynamo first, since its caches do not see the budget, and compiles past
-    AOTAutograd's cache, whose hit would skip the partitioner. BudgetTooSmall propagates."""
+    ``use(memory_budget=..., optimizer=...)``, its step run once to compile and once measured:
+    the solver (with its choices), the measured step's peak beyond what it held as it began,
+    and what it held then. A step is the backward, then `optimizer`'s step when given (whose
+    state the first step creates, so that the measured one begins holding it); gradients are
+    cleared after each. `whole_step` False: the budget is the graph's peak alone, as
+    tradeoff()'s curve gives it. Resets dynamo first, since its caches do not see the budget,
+    and compiles past AOTAutograd's cache, whose hit would skip the partitioner. BudgetTooSmall
+    propagates."""
 
     torch._dynamo.reset()
     device = _device_of(args, kwargs)
     no_cache = functorch_config.patch(enable_autograd_cache=False)
-    with no_cache, use(memory_budget=memory_budget, max_candidates=max_candidates) as solver:
+    within = use(memory_budget=memory_budget, max_candidates=max_candidates, optimizer=optimizer)
+    with no_cache, within as solver:
         solver.warn_on_inductor = False  # this step is measured
+        solver.counts_start = whole_step
         compiled = torch.compile(_training_loss(model, loss), backend=backend)
 
         def train_step() -> None:

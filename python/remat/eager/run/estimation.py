@@ -22,6 +22,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_map
 
 from ... import _core
+from ...optimizer_footprint import fake_optimizer
 from ...saved_memory import estimating
 from ...step_memory import held_bytes
 from ...units import format_bytes, format_seconds, parse_bytes
@@ -212,7 +213,7 @@ def estimate(
         fake_args, fake_kwargs = tree_map(
             lambda v: _fake_value(v, target, mode, inputs), (args, kwargs)
         )
-        fake_optimizer = None if optimizer is None else _fake_optimizer(optimizer, fake_of)
+        fake_step = None if optimizer is None else fake_optimizer(optimizer, fake_of)
         found = _blocks_in_copy(model, twin, blocks)
         stepped: nn.Module = twin
         if autocast is not None:
@@ -225,7 +226,7 @@ def estimate(
                     *fake_args,
                     blocks=found,
                     loss_fn=loss_fn,
-                    optimizer=fake_optimizer,
+                    optimizer=fake_step,
                     **fake_kwargs,
                 )
             except (ValueError, TypeError):
@@ -342,24 +343,6 @@ def _fake_copy(
             "estimate it before auto_checkpoint, or call handle.remove() first (and "
             "handle.reinstall() after)"
         ) from None
-
-
-def _fake_optimizer(
-    optimizer: torch.optim.Optimizer, fake_of: dict[int, torch.Tensor]
-) -> torch.optim.Optimizer:
-    """An optimizer of `optimizer`'s class and hyperparameters over the fake parameters."""
-    groups = []
-    for index, group in enumerate(optimizer.param_groups):
-        missing = [i for i, p in enumerate(group["params"]) if id(p) not in fake_of]
-        if missing:
-            raise ValueError(
-                f"optimizer: param_groups[{index}]['params'][{missing[0]}] is not a parameter "
-                "of the model"
-            )
-        hyper = {k: v for k, v in group.items() if k != "params"}
-        groups.append({**hyper, "params": [fake_of[id(p)] for p in group["params"]]})
-    kind: Any = type(optimizer)  # its own constructor: (params, **hyperparameters)
-    return kind(groups)
 
 
 def _target(device: torch.device | str) -> torch.device:
