@@ -6,6 +6,8 @@
 #             (bench/fsdp_step_budget.py);
 #   issue 52: remat.torch.estimate with device="cuda" against max_memory_allocated and the
 #             measured recompute, Llama-style d=2048 seq 2048 bf16 (bench/estimate.py);
+#             an optimizer's footprint predicted on fake CUDA tensors against real steps
+#             (tests/python/test_optimizer_footprint.py; use(optimizer=) and estimate use it);
 #   issue 38: offloading in eager PyTorch (bench/offload.py, Llama-style d=2048 seq 2048 bf16)
 #             and under torch.compile (bench/compile_offload.py);
 #   issue 36: the zoo against HF gradient checkpointing at realistic sizes (bench/zoo.py);
@@ -35,11 +37,12 @@ step() {  # step NAME SECONDS COMMAND...
 step step_budget 60 python3 bench/step_budget.py --device cuda --out "$out/step_budget/cuda"
 step fsdp_step_budget 40 python3 bench/fsdp_step_budget.py --device cuda --out "$out/fsdp/cuda"
 step estimate 45 python3 bench/estimate.py --device cuda --out "$out/estimate"
+step footprint 15 python3 -m pytest -q -p no:cacheprovider tests/python/test_optimizer_footprint.py
 step offload 80 python3 bench/offload.py --device cuda --layers 8 --repeats 5 --out "$out/offload"
 step compile_offload 60 python3 bench/compile_offload.py --device cuda --out "$out/compile"
 step zoo 65 python3 bench/zoo.py --device cuda --hidden 2048 --layers 8 --seq 2048 \
   --dtype bfloat16 --models llama,gpt2 --rounds 5 --out "$out/zoo"
-step ops 55 python3 bench/eager_ops.py --device cuda --repeats 5 --budgets 4 --out "$out/ops"
+step ops 40 python3 bench/eager_ops.py --device cuda --repeats 5 --budgets 4 --out "$out/ops"
 step compile 50 python3 bench/compile_budget.py --device cuda --steps 5 --models "" \
   --inductor-models llama,gpt --out "$out/compile"
 step first 30 python3 bench/eager_first_step.py --device cuda --steps 3 --models llama \
