@@ -8,6 +8,8 @@
 #             measured recompute, Llama-style d=2048 seq 2048 bf16 (bench/estimate.py);
 #             an optimizer's footprint predicted on fake CUDA tensors against real steps
 #             (tests/python/test_optimizer_footprint.py; use(optimizer=) and estimate use it);
+#             auto_checkpoint(first_step="trace") against a measured first step
+#             (bench/first_step_trace.py: first-step time and peak, later steps);
 #   issue 38: offloading in eager PyTorch (bench/offload.py, Llama-style d=2048 seq 2048 bf16)
 #             and under torch.compile (bench/compile_offload.py);
 #   issue 36: the zoo against HF gradient checkpointing at realistic sizes (bench/zoo.py);
@@ -35,10 +37,12 @@ step() {  # step NAME SECONDS COMMAND...
 }
 
 step step_budget 60 python3 bench/step_budget.py --device cuda --out "$out/step_budget/cuda"
-step fsdp_step_budget 40 python3 bench/fsdp_step_budget.py --device cuda --out "$out/fsdp/cuda"
+step fsdp_step_budget 30 python3 bench/fsdp_step_budget.py --device cuda --out "$out/fsdp/cuda"
 step estimate 45 python3 bench/estimate.py --device cuda --out "$out/estimate"
 step footprint 15 python3 -m pytest -q -p no:cacheprovider tests/python/test_optimizer_footprint.py
-step offload 80 python3 bench/offload.py --device cuda --layers 8 --repeats 5 --out "$out/offload"
+step first_trace 30 python3 bench/first_step_trace.py --device cuda --rounds 2 --steps 4 \
+  --models llama,gpt2,vit --out "$out/first"
+step offload 60 python3 bench/offload.py --device cuda --layers 8 --repeats 5 --out "$out/offload"
 step compile_offload 60 python3 bench/compile_offload.py --device cuda --out "$out/compile"
 step zoo 65 python3 bench/zoo.py --device cuda --hidden 2048 --layers 8 --seq 2048 \
   --dtype bfloat16 --models llama,gpt2 --rounds 5 --out "$out/zoo"
@@ -50,7 +54,7 @@ step first 30 python3 bench/eager_first_step.py --device cuda --steps 3 --models
 REMAT_SKIP_TESTS="test_torch_compile test_properties test_torch_parity test_source_rules test_distributed test_build_options test_torch_versions test_torch_knapsack_cases test_zoo" \
   timeout 45 bash tests/device/portability.sh "$out/portability.log"
 echo "portability rc=$?"
-for report in "$out"/step_budget/cuda.md "$out"/fsdp/cuda.md "$out"/estimate/estimate_cuda.md "$out"/offload/README_cuda.md "$out"/compile/offload_cuda.md "$out"/zoo/README_cuda.md; do
+for report in "$out"/step_budget/cuda.md "$out"/fsdp/cuda.md "$out"/estimate/estimate_cuda.md "$out"/first/trace_cuda.md "$out"/offload/README_cuda.md "$out"/compile/offload_cuda.md "$out"/zoo/README_cuda.md; do
   echo "== $report"
   head -40 "$report" 2>/dev/null || echo "(none)"
 done

@@ -38,8 +38,9 @@ from .chain_mode import ChainRunner
 from .options import CheckpointOptions
 from .recorder import StepRecorder
 from .running import Notices, PlanBook, Running, step_context
-from .step import _OutsideSaves, _PendingBackward, _Step
+from .step import _BlockPlan, _OutsideSaves, _PendingBackward, _Step
 from .step_budget import StepBudget
+from .traced_plan import TraceFailed, retimed, trace_first_step
 from .wrapping import restore_forwards, wrap_forwards
 
 _log = logging.getLogger("remat")
@@ -138,6 +139,9 @@ class AutoCheckpoint:
         self._patched: list[tuple[nn.Module, Any]] = []
         self._hooks: list[Any] = []
         self._pending = _PendingBackward()
+        # A traced plan's first step, timed: (key, plan key, seconds by call), planned again
+        # with those times at the next step (first_step="trace").
+        self._timed: tuple[Any, Any, dict[int, float]] | None = None
         self.reinstall()
         if blocks.left_out:
             every = ", ".join(f"*{b.path}" for b in (blocks, *blocks.left_out))
@@ -233,6 +237,8 @@ class AutoCheckpoint:
             return None
         if self.step_budget is not None:
             self._end_measured_step()
+        if self._timed is not None:
+            self._plan_with_times(*self._timed)
         if not torch.is_grad_enabled():
             return None
         if self._pending.waiting():
@@ -274,6 +280,10 @@ class AutoCheckpoint:
             if known:
                 found = None
         measuring = found is None and not known
+        traced = False
+        if measuring and self.options.first_step == "trace" and self.step_budget is not None:
+            found = self._plan_from_trace(key, plan_key, device, args, kwargs)
+            measuring, traced = found is None, found is not None
         if found is None and known:  # every rank has profiled its inputs: plan, all together
             profile, calls = self.planner.profiles[key]
             found = self.planner.make_block_plan(plan_key, key, profile, calls)
@@ -281,12 +291,63 @@ class AutoCheckpoint:
             # After planning: the first step that follows a new plan is among those checked.
             self.step_budget.begin(key, device, (args, kwargs), measuring=measuring)
         step = self.running.step = _Step(key, plan_key, found.plan if found else None)
+        if traced:
+            step.times = {}
         if found is None:
             if self.blocks.chain is None:  # a chain measures and plans when it is called
                 running = self.running
                 step.outside = _OutsideSaves(lambda: running.inside > 0).__enter__()
             step.modes = self.recorder.modes_for(self.agreement.together)
         return None
+
+    def _plan_from_trace(
+        self,
+        key: Any,
+        plan_key: Any,
+        device: torch.device,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> _BlockPlan | None:
+        """The plan for a new signature's first step, from the step traced on fake tensors
+        (run/traced_plan.py); None, said in one line, where it cannot be traced."""
+        assert self.step_budget is not None
+        try:
+            traced = trace_first_step(
+                self.model,
+                self.blocks,
+                self._patched,
+                self._hooks,
+                args,
+                kwargs,
+                self.step_budget.optimizer,
+                device,
+                self.options.plan_group,
+            )
+        except TraceFailed as why:
+            self.notices.warn(
+                f"first_step='trace': the step could not be traced on fake tensors ({why}); "
+                "it measures its blocks instead"
+            )
+            return None
+        self.planner.profiles[key] = (traced.profile, traced.calls)
+        self.step_budget.figures[key] = traced.figures
+        optimizer = self.step_budget.optimizer
+        if optimizer is not None and not optimizer.state and self.running.start_bytes is not None:
+            # The state the optimizer's first step creates is held from the next step on: the
+            # plan counts it now, as the traced step shows it (a budget it leaves too small is
+            # refused here, not at the second step).
+            self.running.start_bytes += traced.state_bytes
+        return self.planner.make_block_plan(plan_key, key, traced.profile, traced.calls)
+
+    def _plan_with_times(self, key: Any, plan_key: Any, seconds: dict[int, float]) -> None:
+        """The traced profile of `key` takes its first step's times; the next step with these
+        inputs plans again from it."""
+        self._timed = None
+        if key not in self.planner.profiles or not seconds:
+            return
+        profile, calls = self.planner.profiles[key]
+        self.planner.profiles[key] = (retimed(profile, seconds, self.planner.overhead()), calls)
+        self.planner.block_plans.pop(plan_key, None)
 
     def _end_measured_step(self) -> None:
         """The step budget's measured step ends: its figures or its check are in."""
@@ -326,6 +387,8 @@ class AutoCheckpoint:
         if not self.running.forward_only:
             self._pending.watch(output)
             self.runner.check_region_inputs(step)
+        if step.times is not None:
+            self._timed = (step.key, step.plan_key, step.times)
         if step.plan is None:
             self.planner.plan_step(step)
         elif step.outgrew_plan and not self.agreement.together:
@@ -377,8 +440,9 @@ def auto_checkpoint(
             a unit.
         **options: the options of :class:`CheckpointOptions`, as keywords: ``optimizer``,
             ``blocks``, ``slots``, ``tune``, ``example_inputs``, ``example_kwargs``,
-            ``verbose``, ``microbatches_in_flight``, ``plan_group``, ``granularity``, and the
-            offload settings ``offload``, ``host_budget`` and ``offload_bandwidth``.
+            ``verbose``, ``microbatches_in_flight``, ``plan_group``, ``granularity``,
+            ``first_step``, and the offload settings ``offload``, ``host_budget`` and
+            ``offload_bandwidth``.
 
     Returns:
         The handle: its ``plan``, ``plans``, ``blocks`` and ``warnings``, and ``remove()``.
@@ -410,6 +474,10 @@ def _install(
     activation_budget: int | float | str | None,
     options: CheckpointOptions,
 ) -> AutoCheckpoint:
+    if options.first_step == "trace" and memory_budget is None:
+        raise ValueError(
+            "first_step: 'trace' plans the first step to the step's peak; give memory_budget="
+        )
     chosen = find_blocks(model, options.blocks)
     step_budget = None
     budget = None

@@ -11,7 +11,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from .._runtime import _signature, signature_difference
+from .._runtime import _signature, _synchronize, clock, signature_difference
 from ..caches import without_caches
 from ..generators import measuring_now
 from .block_planner import BlockPlanner
@@ -110,7 +110,16 @@ class BlockCalls:
         else:  # under torch.compile's tracing an offloaded call runs as a region (less memory)
             checkpointed = position in planned.regions or position in planned.offloaded
             context_fn = planned.regions.get(position)
+            timed = step.times is not None and eager
+            if timed:
+                now = clock()
+                _synchronize((args, kwargs))
+                started = now()
             out = self.runner.run(module, original, args, kwargs, checkpointed, context_fn)
+            if timed:
+                assert step.times is not None
+                _synchronize(out)
+                step.times[position] = now() - started
         if offloaded is not None or step.pending_offload is not None:
             self.runner.hand_over(step, out, offloaded)
         return out

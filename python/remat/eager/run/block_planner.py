@@ -106,10 +106,14 @@ class BlockPlanner:
         self.profiles: dict[Any, tuple[Profile, Calls]] = {}
         self._region_overhead: float | None = None  # seconds a region costs besides its layers
 
-    def plan_step(self, step: _Step) -> None:
+    def overhead(self) -> float:
+        """Seconds a checkpoint region costs on the blocks' device besides its layers."""
         if self._region_overhead is None:
             self._region_overhead = region_overhead(self.running.device)
-        profile, calls = step_profile(step, self._region_overhead)
+        return self._region_overhead
+
+    def plan_step(self, step: _Step) -> None:
+        profile, calls = step_profile(step, self.overhead())
         if self.agreement.together or self.step_budget is not None:
             self.profiles[step.key] = (profile, calls)
         self.make_block_plan(step.plan_key, step.key, profile, calls)

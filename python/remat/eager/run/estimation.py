@@ -38,7 +38,9 @@ from ..planning.step_budget import (
     predicted_step,
 )
 from ..types import Plan, StepPeak
-from .measurement import Measurement, measure
+from .block_planner import Calls
+from .measurement import Measurement, measure_with_calls
+from .wrapping import UnwrappedCopy
 
 
 @dataclass(frozen=True)
@@ -206,28 +208,74 @@ def estimate(
     target = _target(device)
     budget = None if memory_budget is None else parse_bytes(memory_budget)
     at = device_rates(rates)
+    traced = trace_step(
+        model,
+        args,
+        kwargs,
+        optimizer=optimizer,
+        loss_fn=loss_fn,
+        blocks=blocks,
+        device=target,
+        rates=at,
+        autocast=autocast,
+    )
+    return _estimate_of(
+        traced.measured, target, traced.parameter_bytes, traced.gradient_bytes, budget, at
+    )
+
+
+@dataclass(frozen=True)
+class Traced:
+    """One training step traced on fake tensors and measured as ``measure()`` measures."""
+
+    measured: Measurement
+    calls: Calls  # the block calls a plan is made for, with the copy's modules
+    twin: nn.Module  # the fake copy
+    parameter_bytes: int
+    gradient_bytes: int
+
+
+def trace_step(
+    model: nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    optimizer: torch.optim.Optimizer | None,
+    loss_fn: Callable[[Any], torch.Tensor] | None,
+    blocks: str | nn.Module | Sequence[nn.Module] | None,
+    device: torch.device,
+    rates: DeviceRates,
+    autocast: torch.dtype | None = None,
+    copying: UnwrappedCopy | None = None,
+    keep_devices: bool = False,
+    granularity: str = "op",
+) -> Traced:
+    """The step of `model` on fake copies of it and its inputs on `device`, its ops timed by
+    their roofline at `rates`. `copying`: the model is under auto_checkpoint, whose wrappers
+    the copy leaves out. `keep_devices`: each fake on its original's device, not `device`.
+    `granularity` "block": the blocks' ops are not profiled (see measure_with_calls).
+    Raises RuntimeError naming the op where the step cannot run on fakes."""
+
+    def where(tensor: torch.Tensor) -> torch.device:
+        return tensor.device if keep_devices else device
+
     with estimating(), FakeTensorMode(allow_non_fake_inputs=True) as mode:
         fake_of: dict[int, torch.Tensor] = {}
-        twin = _fake_copy(model, target, mode, fake_of)
+        twin = _fake_copy(model, where, mode, fake_of, copying)
         inputs: dict[int, torch.Tensor] = {}  # one fake for a tensor passed twice (labels=ids)
         fake_args, fake_kwargs = tree_map(
-            lambda v: _fake_value(v, target, mode, inputs), (args, kwargs)
+            lambda v: _fake_value(v, where, mode, inputs), (args, kwargs)
         )
         fake_step = None if optimizer is None else fake_optimizer(optimizer, fake_of)
         found = _blocks_in_copy(model, twin, blocks)
         stepped: nn.Module = twin
         if autocast is not None:
             found = list(find_blocks(twin, found).modules)
-            stepped = _Autocast(twin, target.type, autocast)
-        with RooflineClock(at) as roofline, timed_by(roofline.read):
+            stepped = _Autocast(twin, device.type, autocast)
+        with RooflineClock(rates) as roofline, timed_by(roofline.read):
             try:
-                measured = measure(
-                    stepped,
-                    *fake_args,
-                    blocks=found,
-                    loss_fn=loss_fn,
-                    optimizer=fake_step,
-                    **fake_kwargs,
+                measured, calls = measure_with_calls(
+                    stepped, fake_args, fake_kwargs, found, loss_fn, fake_step, None, granularity
                 )
             except (ValueError, TypeError):
                 raise
@@ -247,11 +295,11 @@ def estimate(
                     "data, cannot be estimated: measure the step on the device with "
                     "remat.torch.measure"
                 ) from error
-        parameter_bytes = held_bytes([*twin.parameters(), *twin.buffers()], device=target)
+        parameter_bytes = held_bytes([*twin.parameters(), *twin.buffers()], device=device)
         gradient_bytes = held_bytes(
-            [p for p in twin.parameters() if p.requires_grad], device=target
+            [p for p in twin.parameters() if p.requires_grad], device=device
         )
-    return _estimate_of(measured, target, parameter_bytes, gradient_bytes, budget, at)
+    return Traced(measured, calls, twin, parameter_bytes, gradient_bytes)
 
 
 def _estimate_of(
@@ -310,31 +358,43 @@ def _fake_tensor(value: torch.Tensor, device: torch.device, mode: FakeTensorMode
 
 
 def _fake_value(
-    value: Any, device: torch.device, mode: FakeTensorMode, made: dict[int, torch.Tensor]
+    value: Any,
+    where: Callable[[torch.Tensor], torch.device],
+    mode: FakeTensorMode,
+    made: dict[int, torch.Tensor],
 ) -> Any:
     if not isinstance(value, torch.Tensor):
         return value
     if id(value) not in made:
-        fake = _fake_tensor(value, device, mode)
+        fake = _fake_tensor(value, where(value), mode)
         made[id(value)] = fake.requires_grad_(value.requires_grad and fake.is_floating_point())
     return made[id(value)]
 
 
 def _fake_copy(
-    model: nn.Module, device: torch.device, mode: FakeTensorMode, fake_of: dict[int, torch.Tensor]
+    model: nn.Module,
+    where: Callable[[torch.Tensor], torch.device],
+    mode: FakeTensorMode,
+    fake_of: dict[int, torch.Tensor],
+    copying: UnwrappedCopy | None = None,
 ) -> nn.Module:
     """A deep copy of `model` whose parameters and buffers are fake (no real copy is made);
-    `fake_of` maps each original's id to its fake."""
+    `fake_of` maps each original's id to its fake. `copying`: leaves remat's wrappers out."""
     memo: dict[int, Any] = {}
+    if copying is not None:
+        copying.seed(memo)
     for tensor in (*model.parameters(), *model.buffers()):
         if id(tensor) in memo:
             continue
-        fake = _fake_tensor(tensor, device, mode)
+        fake = _fake_tensor(tensor, where(tensor), mode)
         if isinstance(tensor, nn.Parameter):
             fake = nn.Parameter(fake, requires_grad=tensor.requires_grad)
         memo[id(tensor)] = fake_of[id(tensor)] = fake
     try:
-        return copy.deepcopy(model, memo)
+        twin = copy.deepcopy(model, memo)
+        if copying is not None:
+            copying.mend(memo)
+        return twin
     except TypeError as error:
         if "under auto_checkpoint" not in str(error):
             raise

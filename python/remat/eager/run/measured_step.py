@@ -18,7 +18,7 @@ from ..planning.agree import agree_on_profile
 from ..planning.planner import plan_profile
 from ..types import Plan, Profile
 from .agreement import Agreement
-from .block_planner import region_overhead, step_profile
+from .block_planner import Calls, region_overhead, step_profile
 from .call_runner import CallRunner
 from .chain_mode import ChainRunner
 from .options import CheckpointOptions
@@ -45,10 +45,11 @@ class MeasuredStep:
         plan_group: Any,
         optimizer: torch.optim.Optimizer | None,
         by_parts: bool,
+        granularity: str = "op",
     ) -> None:
         self.model = model
         self.blocks = blocks
-        self.options = CheckpointOptions(tune=False, plan_group=plan_group)
+        self.options = CheckpointOptions(tune=False, plan_group=plan_group, granularity=granularity)
         self.optimizer = optimizer
         self.by_parts = by_parts
         self.notices = Notices("remat.measure")
@@ -78,6 +79,7 @@ class MeasuredStep:
         )
         self.ended = False  # the step's forward has ended
         self.profile: Profile | None = None  # the blocks' calls, once it has
+        self.calls: Calls = ()  # what a plan from the profile is made for (step_profile)
         self._patched: Patched = []
         self._hooks: list[Any] = []
 
@@ -134,7 +136,7 @@ class MeasuredStep:
         # Made now, as auto_checkpoint plans at the end of the forward: the step's record holds
         # every region's inputs, which its backward frees.
         if step.calls:
-            self.profile = step_profile(step, region_overhead(self.running.device))[0]
+            self.profile, self.calls = step_profile(step, region_overhead(self.running.device))
         self.ended = True
 
     def finish(self) -> StepRecord | None:

@@ -26,6 +26,7 @@ from ..planning.step_budget import (
     predicted_step,
 )
 from ..types import Plan, Profile
+from .block_planner import Calls
 from .measured_step import MeasuredStep
 
 
@@ -187,6 +188,25 @@ def measure(
         remat.torch.auto_checkpoint(model, memory_budget=measured.least_budget_bytes)
         ```
     """
+    result, _ = measure_with_calls(model, args, kwargs, blocks, loss_fn, optimizer, plan_group)
+    if verbose:
+        print(result.table())
+    return result
+
+
+def measure_with_calls(
+    model: nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    blocks: str | nn.Module | Sequence[nn.Module] | None = None,
+    loss_fn: Callable[[Any], torch.Tensor] | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    plan_group: Any = None,
+    granularity: str = "op",
+) -> tuple[Measurement, Calls]:
+    """measure(), with the block calls a plan from its profile is made for (each with its
+    module, signature and the positions of its arguments a region may move to the host).
+    `granularity` "block": no block's ops are profiled, and the plans re-run whole blocks."""
     chosen = find_blocks(model, blocks)
     # Planned as auto_checkpoint plans it (call by call, or a stock nn.Sequential as one chain
     # with nested regions), so the budgets reported are the ones it accepts.
@@ -195,7 +215,7 @@ def measure(
     by_parts = not _distributed.active(plan_group)
     if by_parts and chosen.chain is not None:
         chosen = dataclasses.replace(chosen, chain=None)
-    measured = MeasuredStep(model, chosen, plan_group, optimizer, by_parts)
+    measured = MeasuredStep(model, chosen, plan_group, optimizer, by_parts, granularity)
     undo: Callable[[], None] = lambda: None  # noqa: E731  (an optimizer step to undo)
     record = None
     try:
@@ -235,9 +255,7 @@ def measure(
     )
     if record is not None and record.parts:
         result = _with_step_figures(result, figures_of(record, made.profile), state_bytes)
-    if verbose:
-        print(result.table())
-    return result
+    return result, measured.calls
 
 
 # no_checkpoint_step_bytes adds 0.5% of the predicted peak and 64 KiB.

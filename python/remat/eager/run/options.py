@@ -19,6 +19,7 @@ from ..planning.offload import OffloadSettings
 from ..planning.planner import check_planner_options
 
 _GRANULARITIES = ("op", "block")
+_FIRST_STEPS = ("measure", "trace")
 _OFFLOAD_KEYWORDS = ("offload", "host_budget", "offload_bandwidth")
 
 
@@ -48,6 +49,10 @@ class CheckpointOptions:
             plans whole-block regions only.
         offload: whether and how saved activations may go to host memory (the keywords
             ``offload``, ``host_budget`` and ``offload_bandwidth``; see docs/offload.md).
+        first_step: how a new input signature's first step gets its plan: "measure" runs every
+            block as its own region while measuring it; "trace" (with ``memory_budget``) plans
+            from the step traced on fake tensors, follows that plan in the first step and
+            times its block calls (see run/traced_plan.py).
     """
 
     optimizer: torch.optim.Optimizer | None = None
@@ -61,6 +66,7 @@ class CheckpointOptions:
     plan_group: Any = None
     granularity: str = "op"
     offload: OffloadSettings = OffloadSettings()
+    first_step: str = "measure"
 
     def __post_init__(self) -> None:
         if self.example_inputs is not None and not isinstance(self.example_inputs, (tuple, list)):
@@ -75,6 +81,13 @@ class CheckpointOptions:
             )
         if self.granularity not in _GRANULARITIES:
             raise ValueError(f"granularity: expected 'op' or 'block', got {self.granularity!r}")
+        if self.first_step not in _FIRST_STEPS:
+            raise ValueError(f"first_step: expected 'measure' or 'trace', got {self.first_step!r}")
+        if self.first_step == "trace" and self.offload.mode is not False:
+            raise ValueError(
+                "first_step: 'trace' plans without offloading; offload plans are made from a "
+                "measured first step (first_step='measure')"
+            )
         if not isinstance(self.offload, OffloadSettings):
             raise TypeError(
                 f"offload: expected False, 'auto' or True, got {type(self.offload).__name__}"

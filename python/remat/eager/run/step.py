@@ -57,6 +57,9 @@ class _Step:
     # Following a plan that offloads: the last offloaded call, until the next call's forward
     # has run (see run/offload.py).
     pending_offload: OffloadedCall | None = None
+    # Following a plan traced on fake tensors (first_step="trace"): each block call's forward
+    # seconds by its position, timed to plan again from them (see run/traced_plan.py).
+    times: dict[int, float] | None = None
 
     def parameter_storages(self, model: torch.nn.Module) -> set[tuple[str, int, int]]:
         """The storages of the model's parameters and buffers, read once a step: a walk of the

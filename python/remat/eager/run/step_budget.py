@@ -96,6 +96,11 @@ class StepBudget:
     def remove(self) -> None:
         self.close()
 
+    @property
+    def optimizer(self) -> torch.optim.Optimizer | None:
+        """The optimizer known to step the model (given, or seen stepping it)."""
+        return self._optimizers[0] if self._optimizers else None
+
     # --- measuring steps ---
 
     def begin(self, key: Any, device: torch.device, held: tuple[Any, ...], measuring: bool) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 from typing import Any, Callable, Sequence
 
@@ -39,3 +40,42 @@ def restore_forwards(patched: Patched) -> None:
             del module.forward
         else:
             module.forward = original
+
+
+# The model's hook tables that may hold a handle's step hooks (keyed by the hooks' ids).
+_HOOK_TABLES = (
+    "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs",
+    "_forward_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+)
+
+
+class UnwrappedCopy:
+    """Seeds and mends ``copy.deepcopy(model, memo)`` of a model under remat's wrappers
+    (`patched`) and step hooks (`hooks`), whose copy has neither: its blocks run their own
+    forwards and the model keeps only the user's hooks. The wrappers and hooks reach the handle,
+    which cannot be copied; the model itself is left as it is."""
+
+    def __init__(self, model: nn.Module, patched: Patched, hooks: Sequence[Any]) -> None:
+        self.model = model
+        self.patched = patched
+        self.ours = {hook.id for hook in hooks}
+
+    def seed(self, memo: dict[int, Any]) -> None:
+        for module, _ in self.patched:
+            memo[id(module.__dict__["forward"])] = None  # set by mend()
+        for name in _HOOK_TABLES:
+            table = getattr(self.model, name, None)
+            if isinstance(table, dict):
+                kept = ((k, copy.deepcopy(v, memo)) for k, v in table.items() if k not in self.ours)
+                memo[id(table)] = type(table)(kept)
+
+    def mend(self, memo: dict[int, Any]) -> None:
+        for module, original in self.patched:
+            twin = memo[id(module)]
+            if original is None:
+                twin.__dict__.pop("forward", None)
+            else:
+                twin.forward = copy.deepcopy(original, memo)
