@@ -16,34 +16,8 @@ import remat.torch as rt
 from remat.eager.measuring.step_segments import StepRecord, StepSegments
 from remat.eager.run.step_budget import StepBudget
 from residual import Residual
+from step_cases import same, train, zoo_measured
 from zoo import torchvision_cpu  # noqa: F401  (before transformers, which imports torchvision)
-
-STEPS = 3
-
-
-def _train(model, step, steps=STEPS, optimizer=None, micro_steps=1, batch=()):
-    """AdamW steps, each metered from the model's call to the optimizer's zero_grad (with the
-    tensors in `batch` as held). Returns the peaks, losses and gradients."""
-    torch.manual_seed(0)
-    optimizer = optimizer or torch.optim.AdamW(model.parameters(), lr=1e-3)
-    peaks, losses, grads = [], [], []
-    for _ in range(steps):
-        with rt.StepMemoryMeter(model, optimizer, batch) as meter:
-            for _ in range(micro_steps):
-                loss = step(model)
-                loss.backward()
-                losses.append(loss.detach())
-                del loss
-            # Not copies: the step holds its gradients anyway, and a copy would be the test's.
-            grads.append([p.grad for p in model.parameters() if p.grad is not None])
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-        peaks.append(meter.peak_bytes)
-    return peaks, losses, grads
-
-
-def _same(a, b):
-    return all(torch.equal(x, y) for x, y in zip(a, b)) and len(a) == len(b)
 
 
 def _budgets(measured):
@@ -55,7 +29,7 @@ def test_every_step_of_a_residual_model_fits_three_budgets_bit_for_bit():
     torch.manual_seed(0)
     model = Residual()
     x = torch.randn(512, 64)
-    _, losses, grads = _train(copy.deepcopy(model), lambda m: m(x))
+    _, losses, grads = train(copy.deepcopy(model), lambda m: m(x))
     probe = copy.deepcopy(model)
     measured = rt.measure(probe, x, optimizer=torch.optim.AdamW(probe.parameters()))
     assert measured.least_budget_bytes < measured.no_checkpoint_step_bytes
@@ -64,26 +38,26 @@ def test_every_step_of_a_residual_model_fits_three_budgets_bit_for_bit():
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             handle = rt.auto_checkpoint(trained, memory_budget=budget)
-            peaks, got_losses, got_grads = _train(trained, lambda m: m(x))
+            peaks, got_losses, got_grads = train(trained, lambda m: m(x))
         assert max(peaks) <= budget, (peaks, budget, handle.plan)
         assert handle.plan.step is not None and handle.plan.step.memory_budget == budget
         assert handle.plan.step.predicted_peak_bytes <= budget
-        assert _same(losses, got_losses) and all(map(_same, grads, got_grads))
+        assert same(losses, got_losses) and all(map(same, grads, got_grads))
 
 
 def test_gradient_accumulation_over_two_micro_steps_fits_the_budget():
     torch.manual_seed(0)
     model = Residual(depth=4)
     x = torch.randn(256, 64)
-    _, losses, grads = _train(copy.deepcopy(model), lambda m: m(x), micro_steps=2)
+    _, losses, grads = train(copy.deepcopy(model), lambda m: m(x), micro_steps=2)
     probe = copy.deepcopy(model)
     measured = rt.measure(probe, x, optimizer=torch.optim.AdamW(probe.parameters()))
     for budget in _budgets(measured)[1:]:
         trained = copy.deepcopy(model)
         handle = rt.auto_checkpoint(trained, memory_budget=budget)
-        peaks, got_losses, got_grads = _train(trained, lambda m: m(x), micro_steps=2)
+        peaks, got_losses, got_grads = train(trained, lambda m: m(x), micro_steps=2)
         assert max(peaks) <= budget, (peaks, budget, handle.plan)
-        assert _same(losses, got_losses) and all(map(_same, grads, got_grads))
+        assert same(losses, got_losses) and all(map(same, grads, got_grads))
 
 
 def test_a_budget_below_the_least_step_peak_is_refused_naming_it_in_bytes():
@@ -169,32 +143,6 @@ def test_print_plan_shows_the_step_against_the_budget():
     handle.remove()
 
 
-def _zoo_measured(name):
-    """The zoo model `name` (seed 0), its batch, a step of it, and measure()'s figures with
-    AdamW."""
-    from zoo import adopt
-    from zoo.models import ZOO
-
-    zoo = ZOO[name]
-    args, kwargs = zoo.batch()
-    torch.manual_seed(0)
-    model = zoo.build(zoo.attention[0])
-
-    def step(m):
-        return zoo.loss(m(*args, **kwargs))
-
-    probe = copy.deepcopy(model)
-    measured = rt.measure(
-        probe,
-        *args,
-        blocks=adopt.blocks_of(zoo, probe),
-        loss_fn=zoo.loss,
-        optimizer=torch.optim.AdamW(probe.parameters()),
-        **kwargs,
-    )
-    return zoo, model, (args, kwargs), step, measured
-
-
 @pytest.mark.parametrize(
     "name", ["llama", "qwen2", "mixtral", "gpt2", "bert", "t5", "vit", "convnext", "resnet"]
 )
@@ -203,18 +151,18 @@ def test_every_zoo_step_fits_three_budgets_bit_for_bit(name):
     pytest.importorskip("timm")
     from zoo import adopt
 
-    zoo, model, _, step, measured = _zoo_measured(name)
-    _, losses, grads = _train(copy.deepcopy(model), step)
+    zoo, model, _, step, measured = zoo_measured(name)
+    _, losses, grads = train(copy.deepcopy(model), step)
     for budget in _budgets(measured):
         trained = copy.deepcopy(model)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             handle = adopt.enable_step(zoo, trained, budget)
-            peaks, got_losses, got_grads = _train(trained, step)
+            peaks, got_losses, got_grads = train(trained, step)
         assert max(peaks) <= budget, (name, peaks, budget, handle.plan.step)
         said = [str(w.message) for w in caught if "remat" in str(w.message)]
         assert not said, said
-        assert _same(losses, got_losses) and all(map(_same, grads, got_grads)), name
+        assert same(losses, got_losses) and all(map(same, grads, got_grads)), name
 
 
 @pytest.mark.parametrize("name", ["llama", "qwen2", "mixtral", "gpt2", "bert", "t5"])
@@ -226,19 +174,19 @@ def test_the_least_step_peak_is_at_most_hf_checkpointings(name):
     from zoo import adopt
 
     # The batch counts as the step's, as remat counts it (and CUDA's allocator does).
-    zoo, model, batch, step, measured = _zoo_measured(name)
-    _, losses, grads = _train(copy.deepcopy(model), step, batch=batch)
+    zoo, model, batch, step, measured = zoo_measured(name)
+    _, losses, grads = train(copy.deepcopy(model), step, batch=batch)
     hf = copy.deepcopy(model)
     hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    hf_peak = max(_train(hf, step, batch=batch)[0])
+    hf_peak = max(train(hf, step, batch=batch)[0])
     assert measured.least_budget_bytes <= hf_peak, (name, measured.least_budget_bytes, hf_peak)
     if not zoo.decoder:
         return
     trained = copy.deepcopy(model)
     adopt.enable_step(zoo, trained, hf_peak)
-    peaks, got_losses, got_grads = _train(trained, step, batch=batch)
+    peaks, got_losses, got_grads = train(trained, step, batch=batch)
     assert max(peaks) <= hf_peak, (name, peaks, hf_peak)
-    assert _same(losses, got_losses) and all(map(_same, grads, got_grads)), name
+    assert same(losses, got_losses) and all(map(same, grads, got_grads)), name
 
 
 def test_a_measured_region_frees_its_inputs_with_its_backward():
@@ -301,7 +249,7 @@ def test_no_count_is_left_on_the_stack_after_training_or_remove():
     handle.remove()
     assert _get_current_dispatch_mode_stack() == []
     handle.reinstall()
-    _train(model, lambda m: m(x))  # the optimizer's step ends each measured step
+    train(model, lambda m: m(x))  # the optimizer's step ends each measured step
     assert _get_current_dispatch_mode_stack() == []
 
 

@@ -15,31 +15,8 @@ from torch import nn
 
 import remat.torch as rt
 from residual import Residual
+from step_cases import same, train, zoo_measured
 from zoo import torchvision_cpu  # noqa: F401  (before transformers, which imports torchvision)
-
-STEPS = 3
-
-
-def _train(model, step, optimizer=None, steps=STEPS):
-    """AdamW steps, each metered from the model's call to zero_grad: peaks, losses, gradients."""
-    torch.manual_seed(0)
-    optimizer = optimizer or torch.optim.AdamW(model.parameters(), lr=1e-3)
-    peaks, losses, grads = [], [], []
-    for _ in range(steps):
-        with rt.StepMemoryMeter(model, optimizer) as meter:
-            loss = step(model)
-            loss.backward()
-            losses.append(loss.detach())
-            del loss
-            grads.append([p.grad for p in model.parameters() if p.grad is not None])
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-        peaks.append(meter.peak_bytes)
-    return peaks, losses, grads
-
-
-def _same(a, b):
-    return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
 
 
 def _measured_calls(handle):
@@ -68,7 +45,7 @@ def _residual_budgets():
 def test_the_first_step_follows_a_traced_plan_within_the_budget_bit_for_bit():
     model, x, budgets = _residual_budgets()
     step = lambda m: m(x).sum()  # noqa: E731
-    _, losses, grads = _train(copy.deepcopy(model), step)
+    _, losses, grads = train(copy.deepcopy(model), step)
     for budget in budgets:
         trained = copy.deepcopy(model)
         optimizer = torch.optim.AdamW(trained.parameters(), lr=1e-3)
@@ -78,10 +55,10 @@ def test_the_first_step_follows_a_traced_plan_within_the_budget_bit_for_bit():
         measured = _measured_calls(handle)
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # nothing to say
-            peaks, got_losses, got_grads = _train(trained, step, optimizer)
+            peaks, got_losses, got_grads = train(trained, step, optimizer=optimizer)
         assert not measured, "a traced first step measures no block"
         assert max(peaks) <= budget, (peaks, budget)
-        assert _same(losses, got_losses) and all(map(_same, grads, got_grads))
+        assert same(losses, got_losses) and all(map(same, grads, got_grads))
         handle.remove()
 
 
@@ -142,44 +119,34 @@ def test_the_users_hooks_and_meters_do_not_see_the_trace():
 @pytest.mark.parametrize(
     "name", ["llama", "qwen2", "mixtral", "gpt2", "bert", "t5", "vit", "convnext", "resnet"]
 )
-def test_every_zoo_step_fits_its_least_budget_traced(name):
+def test_every_zoo_step_fits_the_budget_traced_bit_for_bit(name):
+    """At measure()'s least budget and halfway to its no-checkpoint one."""
     pytest.importorskip("transformers")
     pytest.importorskip("timm")
     from zoo import adopt
-    from zoo.models import ZOO
 
-    zoo = ZOO[name]
-    args, kwargs = zoo.batch()
-    torch.manual_seed(0)
-    model = zoo.build(zoo.attention[0])
-    step = lambda m: zoo.loss(m(*args, **kwargs))  # noqa: E731
-    probe = copy.deepcopy(model)
-    measured = rt.measure(
-        probe,
-        *args,
-        blocks=adopt.blocks_of(zoo, probe),
-        loss_fn=zoo.loss,
-        optimizer=torch.optim.AdamW(probe.parameters()),
-        **kwargs,
-    )
-    _, losses, grads = _train(copy.deepcopy(model), step)
-    budget = (measured.least_budget_bytes + measured.no_checkpoint_step_bytes) // 2
-    trained = copy.deepcopy(model)
-    optimizer = torch.optim.AdamW(trained.parameters(), lr=1e-3)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        handle = adopt.enable_step(zoo, trained, budget, optimizer=optimizer, first_step="trace")
-        counted = _measured_calls(handle)
-        peaks, got_losses, got_grads = _train(trained, step, optimizer)
-    said = [str(w.message) for w in caught if "remat" in str(w.message)]
-    if name == "mixtral":  # float32 experts: torch's fake grouped matmul takes bfloat16 only
-        assert len(said) == 1 and "could not be traced on fake tensors" in said[0], said
-        assert counted, "a step that cannot be traced measures"
-    else:
-        assert not said, said
-        assert not counted, f"{name}: the first step measured"
-    assert max(peaks) <= budget, (name, peaks, budget)
-    assert _same(losses, got_losses) and all(map(_same, grads, got_grads)), name
+    zoo, model, _, step, measured = zoo_measured(name)
+    _, losses, grads = train(copy.deepcopy(model), step)
+    least = measured.least_budget_bytes
+    for budget in (least, (least + measured.no_checkpoint_step_bytes) // 2):
+        trained = copy.deepcopy(model)
+        optimizer = torch.optim.AdamW(trained.parameters(), lr=1e-3)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            handle = adopt.enable_step(
+                zoo, trained, budget, optimizer=optimizer, first_step="trace"
+            )
+            counted = _measured_calls(handle)
+            peaks, got_losses, got_grads = train(trained, step, optimizer=optimizer)
+        said = [str(w.message) for w in caught if "remat" in str(w.message)]
+        if name == "mixtral":  # float32 experts: torch's fake grouped matmul takes bf16 only
+            assert len(said) == 1 and "could not be traced on fake tensors" in said[0], said
+            assert counted, "a step that cannot be traced measures"
+        else:
+            assert not said, said
+            assert not counted, f"{name}: the first step measured"
+        assert max(peaks) <= budget, (name, peaks, budget)
+        assert same(losses, got_losses) and all(map(same, grads, got_grads)), name
 
 
 def test_first_step_values_are_checked():
