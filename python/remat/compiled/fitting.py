@@ -109,12 +109,13 @@ def fit(
     A step is ``loss(model(*example_inputs)).backward()``, then ``optimizer.step()`` when
     `optimizer` is given. Its peak counts what it holds as it begins (parameters, buffers, the
     inputs, the optimizer's state) and everything it allocates. It compiles at the budget,
-    measures one step, and while the step is over it compiles again at a lower target (the plan's prediction less the excess it measured, or the least
-    plan); each attempt is one compile and two steps. When every plan is predicted over the
-    budget, the least plan is still compiled and measured once, if its prediction is at most
-    twice the budget (a step can measure under its prediction). The parameters and the
-    optimizer's state are put back as they were after each attempt, and gradients cleared;
-    ``torch._dynamo.reset()`` runs before each compile.
+    measures one step, and while the step is over it compiles again at a lower target (the
+    plan's prediction less the excess it measured, or the least plan); each attempt is one
+    compile and two steps. When every plan is predicted over the budget, the least plan is
+    still compiled and measured once, if its prediction beyond the step's start is at most twice
+    the budget's (a step can measure under its prediction). The parameters and the optimizer's state are put back as
+    they were after each attempt, and gradients cleared; ``torch._dynamo.reset()`` runs before
+    each compile.
 
     Args:
         model: the model (or any callable) to compile.

@@ -491,11 +491,10 @@ class use:
         from torch.optim.optimizer import register_optimizer_step_pre_hook
 
         def warn(optimizer: torch.optim.Optimizer, *_: Any) -> None:
-            installed = functorch_config.activation_memory_budget_solver is solver
             if solver.warned_unsized or not solver.counts_start or not solver.choices:
                 return
-            if not installed:  # a later use() replaced this one
-                return
+            if functorch_config.activation_memory_budget_solver is not solver:
+                return  # a later use() replaced this one
             solver.warned_unsized = True
             warnings.warn(
                 f"remat.torch.use(memory_budget=...): a {type(optimizer).__name__} steps, and "

@@ -22,11 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.multiprocessing.reductions import StorageWeakRef
 
 from ..optimizer_footprint import optimizer_footprint
 from ..saved_memory import estimating_now
-from ..step_memory import allocated_size, held_bytes
+from ..step_memory import held_bytes
 
 
 @dataclass(frozen=True)
@@ -34,7 +33,6 @@ class StepStart:
     """Bytes on the graph's device."""
 
     start: int  # what the step holds as it begins, the optimizer's state included
-    optimizer_state: int  # of `start`: the optimizer's state (0 without an optimizer)
     optimizer_peak: int  # the optimizer step's predicted peak (0 without an optimizer)
 
 
@@ -48,16 +46,13 @@ def graph_device(joint_graph: Any) -> torch.device:
 
 def graph_input_bytes(joint_graph: Any, device: torch.device) -> int:
     """The distinct storages of the joint graph's primal inputs on `device`'s type."""
-    seen: dict[int, int] = {}
-    for node in joint_graph.nodes:
-        value = node.meta.get("val")
-        if node.op != "placeholder" or not str(node.target).startswith("primals"):
-            continue
-        if isinstance(value, torch.Tensor) and value.device.type == device.type:
-            storage = value.untyped_storage()
-            size = allocated_size(int(storage.nbytes()), device.type)
-            seen[StorageWeakRef(storage).cdata] = size
-    return sum(seen.values())
+    primals = [
+        node.meta.get("val")
+        for node in joint_graph.nodes
+        if node.op == "placeholder" and str(node.target).startswith("primals")
+    ]
+    # int(): a graph traced with dynamic sizes is planned at the sizes it was traced with.
+    return int(held_bytes(*[v for v in primals if isinstance(v, torch.Tensor)], device=device))
 
 
 class StartCounter:
@@ -77,20 +72,19 @@ class StartCounter:
     def __call__(self, joint_graph: Any) -> StepStart:
         device = graph_device(joint_graph)
         grads = self._gradients(device)
-        state = self._state(device)
         if device.type == "cuda" and not estimating_now():
             start = torch.cuda.memory_allocated(device)  # the state and gradients held included
         else:
-            start = graph_input_bytes(joint_graph, device) + grads + state
+            start = graph_input_bytes(joint_graph, device) + grads + self._state(device)
         footprint = self._footprint
         if footprint is None:
-            return StepStart(start, 0, 0)
+            return StepStart(start, 0)
         if self.optimizer is not None and not self.optimizer.state:
-            state = footprint.state_bytes  # created by the first step, held by every later one
-            start += state
+            # Created by the first step, held by every later one.
+            start += footprint.state_bytes
         # At its step every parameter has its gradient (those held at the start among them).
         peak = start - grads + footprint.gradient_bytes + footprint.step_bytes
-        return StepStart(start, state, peak)
+        return StepStart(start, peak)
 
     def _gradients(self, device: torch.device) -> int:
         if self.optimizer is None:

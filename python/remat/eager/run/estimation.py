@@ -280,17 +280,17 @@ def trace_step(
             except (ValueError, TypeError):
                 raise
             except Exception as error:
-                first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+                summary = error_summary(error)
                 # torch's fake _grouped_mm (Mixture-of-Experts layers) takes bf16 only.
                 hint = (
                     " (torch's fake grouped matmul takes bfloat16 only: estimate the model in "
                     "bfloat16, as it will train on a GPU)"
-                    if "Expected inputs of BF16" in first
+                    if "Expected inputs of BF16" in summary
                     else ""
                 )
                 raise RuntimeError(
                     "remat.estimate: the training step could not run on fake tensors "
-                    f"({type(error).__name__}: {first}){hint}. An op without a fake "
+                    f"({summary}){hint}. An op without a fake "
                     "implementation (a custom kernel), or one whose output's shape depends on the "
                     "data, cannot be estimated: measure the step on the device with "
                     "remat.torch.measure"
@@ -300,6 +300,12 @@ def trace_step(
             [p for p in twin.parameters() if p.requires_grad], device=device
         )
     return Traced(measured, calls, twin, parameter_bytes, gradient_bytes)
+
+
+def error_summary(error: BaseException) -> str:
+    """An error in one line: its type and its message's first line."""
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 def _estimate_of(

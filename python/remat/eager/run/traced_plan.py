@@ -9,8 +9,9 @@ the block saves, which costs that step a second forward per block and more. Trac
    own) and measured as ``measure()`` measures a step, the optimizer's step included when the
    optimizer is known. The trace back-propagates the output's ``loss`` where it has one (a
    Hugging Face model given labels), else the sum of its tensors that need gradients; a loop
-   whose loss holds more shows it in the first step's check. The plan for ``memory_budget`` is made from that profile and the
-   step's figures, with each op's time its roofline (``measuring/roofline.py``).
+   whose loss holds more shows it in the first step's check. The plan for ``memory_budget``
+   is made from that profile and the step's figures, with each op's time its roofline
+   (``measuring/roofline.py``).
 2. The first step follows that plan. It is checked as the first steps of every plan are (its
    peak measured; an excess is warned about and planned away), and each block call's forward
    is timed.
@@ -48,7 +49,7 @@ from ..measuring.roofline import DEVICES, DeviceRates
 from ..planning.step_budget import StepFigures
 from ..types import Profile
 from .block_planner import Calls
-from .estimation import trace_step
+from .estimation import error_summary, trace_step
 from .wrapping import Patched, UnwrappedCopy
 
 
@@ -120,8 +121,7 @@ def trace_first_step(
             )
     except Exception as error:  # whatever stops the trace, the step can still measure
         cause = error.__cause__ if error.__cause__ is not None else error
-        first = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
-        raise TraceFailed(f"{type(cause).__name__}: {first}") from error
+        raise TraceFailed(error_summary(cause)) from error
     figures = traced.measured.step_figures
     if figures is None or not traced.calls:
         raise TraceFailed("the traced step called no block")
@@ -149,8 +149,8 @@ def _quiet_fake_tensors() -> Iterator[None]:
 
 
 def retimed(profile: Profile, seconds: dict[int, float], overhead: float) -> Profile:
-    """`profile` with the first step's timed block calls (`seconds` by call position): each
-    timed layer takes its time, and its options' re-run times scale with it; a layer not timed
+    """`profile` (a traced one: whole blocks, no selective options) with the first step's timed
+    block calls (`seconds` by call position): each timed layer takes its time; a layer not timed
     (a call the step skipped) scales by the timed layers' median ratio."""
     ratios = sorted(
         seconds[i] / layer.forward_seconds
@@ -160,10 +160,7 @@ def retimed(profile: Profile, seconds: dict[int, float], overhead: float) -> Pro
     median = ratios[len(ratios) // 2] if ratios else 1.0
     layers = []
     for i, layer in enumerate(profile.layers):
-        if i in seconds and layer.forward_seconds > 0:
-            ratio, forward = seconds[i] / layer.forward_seconds, seconds[i]
-        else:
-            ratio, forward = median, layer.forward_seconds * median
-        options = tuple((held, re_run * ratio) for held, re_run in layer.options)
-        layers.append(dataclasses.replace(layer, forward_seconds=forward, options=options))
+        timed = i in seconds and layer.forward_seconds > 0
+        forward = seconds[i] if timed else layer.forward_seconds * median
+        layers.append(dataclasses.replace(layer, forward_seconds=forward))
     return dataclasses.replace(profile, layers=tuple(layers), region_overhead_seconds=overhead)
