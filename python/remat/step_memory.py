@@ -20,6 +20,10 @@ on DTensors by the local ops they run. A storage resized in place (FSDP2 frees a
 module's parameters so) counts at its new size: ``UntypedStorage.resize_``, which no dispatch
 mode sees, is wrapped while a meter is active. Storages created outside torch's dispatcher while
 the meter is active (a tensor made from a NumPy array) are not seen.
+
+torch.compile'd code runs compiled under a meter, and its ops count as they reach the dispatcher.
+Inductor's generated code allocates its buffers itself, where no dispatch mode sees them: a CPU
+meter that sees an Inductor graph run says its count may fall short (``saw_inductor``).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import copy
 import functools
 import sys
 import threading
+import warnings
 import weakref
 from typing import Any, Iterable
 
@@ -58,17 +63,49 @@ def _is_dtensor_type(kind: type) -> bool:
     return api is not None and issubclass(kind, api.DTensor)
 
 
-# The counts active now, told of every in-place storage resize while any is.
-_resize_lock = threading.Lock()
-_resize_watchers: list["_LiveStorages"] = []
+# The counts active now, told of every in-place storage resize and every Inductor graph run
+# while any is: neither reaches a dispatch mode.
+_watch_lock = threading.Lock()
+_watchers: list["_LiveStorages"] = []
 _original_resize = torch.UntypedStorage.resize_
+_INDUCTOR_GRAPHS = "torch._inductor.output_code"  # CompiledFxGraph: one compiled graph's call
+_wrapped_graphs: tuple[Any, Any] | None = None  # (CompiledFxGraph, its own __call__) while wrapped
+
+
+# Why a CPU count that saw an Inductor graph run may fall short.
+INDUCTOR_UNSEEN = (
+    "the step ran Inductor-compiled code on the CPU, whose buffers are allocated by its "
+    "generated code where remat's count of live storages cannot see them (on CUDA the allocator "
+    "counts every byte; on the CPU, torch.compile(backend='aot_eager') runs ops that it sees)"
+)
 
 
 def _watched_resize(storage: torch.UntypedStorage, size: int) -> Any:
     result = _original_resize(storage, size)
-    for watcher in list(_resize_watchers):
+    for watcher in list(_watchers):
         watcher.resized(storage)
     return result
+
+
+def _watched_graph_call(graph: Any, *args: Any, **kwargs: Any) -> Any:
+    for watcher in list(_watchers):
+        watcher.ran_inductor_graph()
+    assert _wrapped_graphs is not None
+    return _wrapped_graphs[1](graph, *args, **kwargs)
+
+
+def _patch_watched(on: bool) -> None:
+    """Wraps (or restores) the calls the counts are told of. Inductor's graphs are watched
+    where torch.compile has loaded them (remat.torch does)."""
+    global _wrapped_graphs
+    torch.UntypedStorage.resize_ = _watched_resize if on else _original_resize  # type: ignore[method-assign,assignment]
+    compiled = getattr(sys.modules.get(_INDUCTOR_GRAPHS), "CompiledFxGraph", None)
+    if on and compiled is not None:
+        _wrapped_graphs = (compiled, compiled.__call__)
+        compiled.__call__ = _watched_graph_call
+    elif not on and _wrapped_graphs is not None:
+        _wrapped_graphs[0].__call__ = _wrapped_graphs[1]
+        _wrapped_graphs = None
 
 
 # CUDA's caching allocator hands out memory in multiples of this many bytes.
@@ -93,28 +130,34 @@ class _LiveStorages(TorchDispatchMode):
         self.current = 0
         self.peak = 0
         self.counting = True  # False: passes ops through (releases are still counted)
+        self.saw_inductor = False  # an Inductor graph ran while counting: the count may be short
 
-    def watch_resizes(self) -> None:
-        """Called when the count becomes active: in-place resizes reach it from then on."""
-        with _resize_lock:
-            if not _resize_watchers:
-                torch.UntypedStorage.resize_ = _watched_resize  # type: ignore[method-assign,assignment]
-            _resize_watchers.append(self)
+    def watch(self) -> None:
+        """Called when the count becomes active: in-place resizes and Inductor graph runs
+        reach it from then on."""
+        with _watch_lock:
+            if not _watchers:
+                _patch_watched(True)
+            _watchers.append(self)
 
-    def unwatch_resizes(self) -> None:
-        with _resize_lock:
-            if self in _resize_watchers:
-                _resize_watchers.remove(self)
-                if not _resize_watchers:
-                    torch.UntypedStorage.resize_ = _original_resize  # type: ignore[method-assign]
+    def unwatch(self) -> None:
+        with _watch_lock:
+            if self in _watchers:
+                _watchers.remove(self)
+                if not _watchers:
+                    _patch_watched(False)
 
     def __enter__(self) -> "_LiveStorages":
-        self.watch_resizes()
+        self.watch()
         return super().__enter__()
 
     def __exit__(self, *exc: Any) -> None:
         super().__exit__(*exc)
-        self.unwatch_resizes()
+        self.unwatch()
+
+    def ran_inductor_graph(self) -> None:
+        if self.counting:
+            self.saw_inductor = True
 
     def resized(self, storage: torch.UntypedStorage) -> None:
         """`storage` now has its new size: a counted storage counts at it; one that grows
@@ -148,10 +191,11 @@ class _LiveStorages(TorchDispatchMode):
                 self.hold(storage, device_type)
 
     def ignore_compile_internals(self) -> bool:  # type: ignore[override]
-        # torch.compile runs a frame eagerly while a mode that does not ignore it is on the
-        # stack. A count that passes ops through (a step that ended in its backward leaves it
-        # there until the model's next call) must not turn the user's compiled code eager.
-        return not self.counting
+        # torch.compile skips a frame for good when it first meets it under a mode that does
+        # not ignore it: a count (a step checked on the CPU) would leave the user's model eager
+        # for the rest of training. Compiled code runs, and its ops reach the count as they
+        # reach the dispatcher.
+        return True
 
     def _released(self, key: int, _reference: Any) -> None:
         entry = self._alive.pop(key, None)
@@ -299,6 +343,7 @@ class StepMemoryMeter:
         self.peak_bytes = 0
         self.start_bytes = 0
         self._mode: _LiveStorages | None = None
+        self.saw_inductor = False  # the CPU count saw an Inductor graph run (see the module)
         self._discarded = 0  # CUDA: the peak remat's measuring reset while open
 
     def __enter__(self) -> "StepMemoryMeter":
@@ -324,6 +369,14 @@ class StepMemoryMeter:
         assert self._mode is not None
         self._mode.__exit__(*exc)
         self.peak_bytes = self._mode.peak
+        self.saw_inductor = self._mode.saw_inductor
+        if self.saw_inductor:
+            warnings.warn(
+                f"remat.StepMemoryMeter: {INDUCTOR_UNSEEN}, so peak_bytes may be short of what "
+                "the step held",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
     @property
     def current_bytes(self) -> int:

@@ -273,3 +273,80 @@ def test_a_count_left_after_a_backward_does_not_turn_torch_compile_eager():
     assert torch.equal(doubled(torch.ones(3)), torch.full((3,), 3.0))
     assert len(compiled) == 1
     handle.remove()
+
+
+def _counting_aot_eager():
+    """aot_eager, counting the graphs it compiles and the calls of their forwards."""
+    from torch._dynamo.backends.debugging import aot_eager
+
+    seen = {"graphs": 0, "calls": 0}
+
+    def backend(graph, example_inputs):
+        seen["graphs"] += 1
+        forward = aot_eager(graph, example_inputs)
+
+        def run(*args):
+            seen["calls"] += 1
+            return forward(*args)
+
+        return run
+
+    return backend, seen
+
+
+@pytest.mark.parametrize("compiled", ["model", "blocks"])
+def test_torch_compile_compiles_past_the_steps_counted_on_the_cpu(compiled):
+    """torch.compile skips a frame for good when it first meets it under a dispatch mode that
+    does not ignore compiled code. The CPU steps a memory_budget counts (the first ones of each
+    plan) once left the model eager for all training; they now run it compiled, and the count
+    sees its ops (aot_eager runs them through the dispatcher)."""
+    torch.manual_seed(0)
+    model = Residual(depth=4)
+    x = torch.randn(256, 64)
+    _, losses, grads = train(copy.deepcopy(model), lambda m: m(x), steps=5)
+    probe = copy.deepcopy(model)
+    measured = rt.measure(probe, x, optimizer=torch.optim.AdamW(probe.parameters()))
+    budget = _budgets(measured)[1]
+    backend, seen = _counting_aot_eager()
+    trained = copy.deepcopy(model)
+    handle = rt.auto_checkpoint(trained, memory_budget=budget)
+    if compiled == "model":
+        run = torch.compile(trained, backend=backend)
+    else:
+        for i, layer in enumerate(trained.layers):
+            trained.layers[i] = torch.compile(layer, backend=backend)
+        run = trained
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        peaks, got_losses, got_grads = train(trained, lambda m: run(x), steps=4)
+        calls = seen["calls"]
+        more_peaks, more_losses, more_grads = train(trained, lambda m: run(x), steps=1)
+    assert seen["graphs"] > 0 and seen["calls"] > calls, seen  # the last step ran compiled
+    assert max(peaks + more_peaks) <= budget, (peaks, more_peaks, budget, handle.plan)
+    torch.testing.assert_close(got_losses + more_losses, losses)
+    for expected, got in zip(grads, got_grads + more_grads):
+        torch.testing.assert_close(got, expected)
+    handle.remove()
+
+
+def test_a_cpu_count_says_when_inductor_code_ran_beside_it():
+    """Inductor's generated code allocates its buffers itself, unseen by any dispatch mode: a CPU
+    meter that saw an Inductor graph run says its peak may be short, and auto_checkpoint's checks
+    say so too."""
+    double = torch.compile(lambda a: (a * 2).sin())
+    x = torch.randn(256)
+    with pytest.warns(RuntimeWarning, match="Inductor-compiled code on the CPU"):
+        with rt.StepMemoryMeter(x) as meter:
+            y = double(x)
+    assert meter.saw_inductor
+    assert meter.peak_bytes < x.nbytes + y.nbytes  # the output's buffer went unseen
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with rt.StepMemoryMeter(x) as meter:
+            y = x * 2
+    assert not meter.saw_inductor and meter.peak_bytes == x.nbytes + y.nbytes
+    model = Residual(depth=2)
+    rt.auto_checkpoint(model, memory_budget="1GiB")
+    loss = torch.compile(lambda logits: (logits * 2).sin().mean())
+    with pytest.warns(RuntimeWarning, match="auto_checkpoint: the step ran Inductor-compiled"):
+        train(model, lambda m: loss(m(torch.randn(8, 64))), steps=2)

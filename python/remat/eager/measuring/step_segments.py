@@ -41,6 +41,7 @@ class StepRecord:
 
     start_bytes: int
     parts: tuple[tuple[Part, int], ...]
+    saw_inductor: bool = False  # counted on the CPU beside Inductor graphs: may be short
 
     @property
     def peak_bytes(self) -> int:
@@ -84,7 +85,7 @@ class StepSegments:
             # a mode the user enters later and leaves after it (see _remove).
             self._below = [(m, _entries(m)) for m in _get_current_dispatch_mode_stack()]
             _push_mode(self._mode)
-            self._mode.watch_resizes()
+            self._mode.watch()
             # Taken off the stack if this step is dropped unfinished (its handle collected).
             self._finalizer = weakref.finalize(self, _remove, self._mode, self._below)
         self.open = True
@@ -185,7 +186,8 @@ class StepSegments:
         parts = self._parts
         if all(part != ("optimizer",) for part, _ in parts):
             parts = [(part, peak) for part, peak in parts if part != ("done",)]
-        return StepRecord(self.start_bytes, tuple(parts))
+        saw_inductor = self._mode is not None and self._mode.saw_inductor
+        return StepRecord(self.start_bytes, tuple(parts), saw_inductor)
 
 
 def _entries(mode: Any) -> int:
@@ -197,7 +199,7 @@ def _remove(mode: Any, below: list[tuple[Any, int]]) -> None:
     """Takes `mode` off the dispatch-mode stack, leaving the others in their order. A mode that
     was under it and has exited since popped `mode` in its place (a mode's exit pops the top):
     that mode is the one taken off."""
-    mode.unwatch_resizes()
+    mode.unwatch()
     stack = _get_current_dispatch_mode_stack()
     if not any(m is mode for m in stack):
         exited = [m for m, entries in below if _entries(m) < entries]

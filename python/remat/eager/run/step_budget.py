@@ -26,7 +26,7 @@ from torch.optim.optimizer import (
 )
 
 from ... import _distributed
-from ...step_memory import held_at_start
+from ...step_memory import INDUCTOR_UNSEEN, held_at_start
 from ..measuring.step_segments import StepRecord, StepSegments
 from ..planning.step_budget import (
     StepFigures,
@@ -158,6 +158,10 @@ class StepBudget:
         if opened is None:
             return None
         record = opened.segments.finish()
+        if record.saw_inductor:
+            self.warn(
+                f"{INDUCTOR_UNSEEN}: the check of this step's peak may count less than it held"
+            )
         if opened.measuring:
             profile = (profiles or {}).get(opened.key)
             if profile is None or not record.parts:
