@@ -22,8 +22,9 @@ mode sees, is wrapped while a meter is active. Storages created outside torch's 
 the meter is active (a tensor made from a NumPy array) are not seen.
 
 torch.compile'd code runs compiled under a meter, and its ops count as they reach the dispatcher.
-Inductor's generated code allocates its buffers itself, where no dispatch mode sees them: a CPU
-meter that sees an Inductor graph run says its count may fall short (``saw_inductor``).
+Inductor's generated code allocates its CPU buffers outside the dispatcher: while a meter is
+active, each Inductor graph it runs allocates them through the dispatcher instead. Where that
+cannot be done (a C++ wrapper), the meter says its count may fall short (``saw_inductor``).
 """
 
 from __future__ import annotations
@@ -72,11 +73,12 @@ _INDUCTOR_GRAPHS = "torch._inductor.output_code"  # CompiledFxGraph: one compile
 _wrapped_graphs: tuple[Any, Any] | None = None  # (CompiledFxGraph, its own __call__) while wrapped
 
 
-# Why a CPU count that saw an Inductor graph run may fall short.
+# Why a CPU count that ran an Inductor graph may fall short.
 INDUCTOR_UNSEEN = (
-    "the step ran Inductor-compiled code on the CPU, whose buffers are allocated by its "
-    "generated code where remat's count of live storages cannot see them (on CUDA the allocator "
-    "counts every byte; on the CPU, torch.compile(backend='aot_eager') runs ops that it sees)"
+    "the step ran an Inductor graph on the CPU whose buffers remat's count of live storages "
+    "cannot see (its generated code allocates them outside torch's dispatcher, and remat did "
+    "not find its Python wrapper: a C++ wrapper, say). On CUDA the allocator counts every byte; "
+    "on the CPU, compile with the default Python wrapper or backend='aot_eager'"
 )
 
 
@@ -88,10 +90,55 @@ def _watched_resize(storage: torch.UntypedStorage, size: int) -> Any:
 
 
 def _watched_graph_call(graph: Any, *args: Any, **kwargs: Any) -> Any:
-    for watcher in list(_watchers):
-        watcher.ran_inductor_graph()
     assert _wrapped_graphs is not None
-    return _wrapped_graphs[1](graph, *args, **kwargs)
+    call = _wrapped_graphs[1]
+    counts = [watcher for watcher in _watchers if watcher.counting]
+    if not counts:
+        return call(graph, *args, **kwargs)
+    namespace = _generated_namespace(getattr(graph, "current_callable", None))
+    if namespace is None:  # a C++ wrapper, or a wrapping remat does not know: its buffers unseen
+        for watcher in counts:
+            watcher.saw_inductor = True
+        return call(graph, *args, **kwargs)
+    own = namespace[_INDUCTOR_CPU_ALLOCATION]
+    namespace[_INDUCTOR_CPU_ALLOCATION] = _dispatched_empty_strided_cpu
+    try:
+        return call(graph, *args, **kwargs)
+    finally:
+        namespace[_INDUCTOR_CPU_ALLOCATION] = own
+
+
+# The function Inductor's generated Python wrapper allocates its CPU buffers with, bound in the
+# generated module's namespace: torch._C._dynamo.guards._empty_strided_cpu, which bypasses the
+# dispatcher. While a count runs the graph, the same buffers are made through the dispatcher.
+_INDUCTOR_CPU_ALLOCATION = "empty_strided_cpu"
+
+
+def _dispatched_empty_strided_cpu(size: Any, stride: Any, dtype: torch.dtype) -> torch.Tensor:
+    return torch.empty_strided(size, stride, dtype=dtype, device="cpu")
+
+
+def _generated_namespace(function: Any, depth: int = 4) -> dict[str, Any] | None:
+    """The globals of the generated module behind an Inductor graph's callable: its own, or
+    those of a function it wraps (a bound method, functools.wraps, or a closure)."""
+    if function is None or depth < 0:
+        return None
+    function = getattr(function, "__func__", function)
+    namespace = getattr(function, "__globals__", None)
+    if namespace is not None and _INDUCTOR_CPU_ALLOCATION in namespace:
+        return namespace
+    inner = [getattr(function, "__wrapped__", None)]
+    for cell in getattr(function, "__closure__", None) or ():
+        try:
+            inner.append(cell.cell_contents)
+        except ValueError:  # a cell not yet filled
+            continue
+    for candidate in inner:
+        if callable(candidate):
+            found = _generated_namespace(candidate, depth - 1)
+            if found is not None:
+                return found
+    return None
 
 
 def _patch_watched(on: bool) -> None:
@@ -130,7 +177,7 @@ class _LiveStorages(TorchDispatchMode):
         self.current = 0
         self.peak = 0
         self.counting = True  # False: passes ops through (releases are still counted)
-        self.saw_inductor = False  # an Inductor graph ran while counting: the count may be short
+        self.saw_inductor = False  # it ran an Inductor graph whose buffers it could not see
 
     def watch(self) -> None:
         """Called when the count becomes active: in-place resizes and Inductor graph runs
@@ -154,10 +201,6 @@ class _LiveStorages(TorchDispatchMode):
     def __exit__(self, *exc: Any) -> None:
         super().__exit__(*exc)
         self.unwatch()
-
-    def ran_inductor_graph(self) -> None:
-        if self.counting:
-            self.saw_inductor = True
 
     def resized(self, storage: torch.UntypedStorage) -> None:
         """`storage` now has its new size: a counted storage counts at it; one that grows
@@ -343,7 +386,7 @@ class StepMemoryMeter:
         self.peak_bytes = 0
         self.start_bytes = 0
         self._mode: _LiveStorages | None = None
-        self.saw_inductor = False  # the CPU count saw an Inductor graph run (see the module)
+        self.saw_inductor = False  # the CPU count missed an Inductor graph's buffers
         self._discarded = 0  # CUDA: the peak remat's measuring reset while open
 
     def __enter__(self) -> "StepMemoryMeter":
@@ -372,8 +415,7 @@ class StepMemoryMeter:
         self.saw_inductor = self._mode.saw_inductor
         if self.saw_inductor:
             warnings.warn(
-                f"remat.StepMemoryMeter: {INDUCTOR_UNSEEN}, so peak_bytes may be short of what "
-                "the step held",
+                f"remat.StepMemoryMeter: peak_bytes may be short: {INDUCTOR_UNSEEN}",
                 RuntimeWarning,
                 stacklevel=2,
             )

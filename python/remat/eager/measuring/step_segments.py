@@ -41,7 +41,7 @@ class StepRecord:
 
     start_bytes: int
     parts: tuple[tuple[Part, int], ...]
-    saw_inductor: bool = False  # counted on the CPU beside Inductor graphs: may be short
+    saw_inductor: bool = False  # the CPU count missed an Inductor graph's buffers
 
     @property
     def peak_bytes(self) -> int:

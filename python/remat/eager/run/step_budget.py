@@ -159,9 +159,7 @@ class StepBudget:
             return None
         record = opened.segments.finish()
         if record.saw_inductor:
-            self.warn(
-                f"{INDUCTOR_UNSEEN}: the check of this step's peak may count less than it held"
-            )
+            self.warn(f"the check of this step's peak may be short: {INDUCTOR_UNSEEN}")
         if opened.measuring:
             profile = (profiles or {}).get(opened.key)
             if profile is None or not record.parts:
