@@ -28,6 +28,7 @@ from ...step_memory import held_bytes
 from ...units import format_bytes, format_seconds, parse_bytes
 from .._runtime import timed_by
 from ..blocks import find_blocks
+from ..measuring.fake_kernels import FakeKernels
 from ..measuring.roofline import DeviceRates, RooflineClock, device_rates
 from ..planning.planner import plan_profile
 from ..planning.step_budget import (
@@ -259,7 +260,8 @@ def trace_step(
     def where(tensor: torch.Tensor) -> torch.device:
         return tensor.device if keep_devices else device
 
-    with estimating(), FakeTensorMode(allow_non_fake_inputs=True) as mode:
+    # FakeKernels right after the fake mode: below the count and the clock, which see its ops.
+    with estimating(), FakeTensorMode(allow_non_fake_inputs=True) as mode, FakeKernels():
         fake_of: dict[int, torch.Tensor] = {}
         twin = _fake_copy(model, where, mode, fake_of, copying)
         inputs: dict[int, torch.Tensor] = {}  # one fake for a tensor passed twice (labels=ids)
