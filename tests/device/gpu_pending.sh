@@ -7,7 +7,8 @@
 #   issue 52: remat.torch.estimate with device="cuda" against max_memory_allocated and the
 #             measured recompute, Llama-style d=2048 seq 2048 bf16 (bench/estimate.py);
 #             an optimizer's footprint predicted on fake CUDA tensors against real steps
-#             (tests/python/test_optimizer_footprint.py; use(optimizer=) and estimate use it);
+#             (tests/python/test_optimizer_footprint.py; use(optimizer=) and estimate use it),
+#             and the fake grouped matmul in float32 against CUDA's (test_estimate.py);
 #             auto_checkpoint(first_step="trace") against a measured first step
 #             (bench/first_step_trace.py: first-step time and peak, later steps);
 #   issue 38: offloading in eager PyTorch (bench/offload.py, Llama-style d=2048 seq 2048 bf16)
@@ -39,12 +40,13 @@ step() {  # step NAME SECONDS COMMAND...
 step step_budget 60 python3 bench/step_budget.py --device cuda --out "$out/step_budget/cuda"
 step fsdp_step_budget 30 python3 bench/fsdp_step_budget.py --device cuda --out "$out/fsdp/cuda"
 step estimate 45 python3 bench/estimate.py --device cuda --out "$out/estimate"
-step footprint 15 python3 -m pytest -q -p no:cacheprovider tests/python/test_optimizer_footprint.py
+step footprint 20 python3 -m pytest -q -p no:cacheprovider tests/python/test_optimizer_footprint.py \
+  tests/python/test_estimate.py::test_the_fake_grouped_matmul_has_the_real_ones_output
 step first_trace 30 python3 bench/first_step_trace.py --device cuda --rounds 2 --steps 4 \
   --models llama,gpt2,vit --out "$out/first"
 step offload 60 python3 bench/offload.py --device cuda --layers 8 --repeats 5 --out "$out/offload"
 step compile_offload 60 python3 bench/compile_offload.py --device cuda --out "$out/compile"
-step zoo 65 python3 bench/zoo.py --device cuda --hidden 2048 --layers 8 --seq 2048 \
+step zoo 60 python3 bench/zoo.py --device cuda --hidden 2048 --layers 8 --seq 2048 \
   --dtype bfloat16 --models llama,gpt2 --rounds 5 --out "$out/zoo"
 step ops 40 python3 bench/eager_ops.py --device cuda --repeats 5 --budgets 4 --out "$out/ops"
 step compile 50 python3 bench/compile_budget.py --device cuda --steps 5 --models "" \

@@ -210,12 +210,22 @@ def test_mixture_of_experts_layers_are_estimated_in_every_dtype(dtype):
         (((4, 24, 64), (64, 48)), (10, 20, 30, 48)),
     ],
 )
-def test_the_fake_grouped_matmul_has_the_real_ones_output(shapes, offsets):
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        pytest.param(
+            "cuda",
+            marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
+        ),
+    ],
+)
+def test_the_fake_grouped_matmul_has_the_real_ones_output(shapes, offsets, device):
     from remat.eager.measuring.fake_kernels import FakeKernels
 
     torch.manual_seed(0)
-    a, b = (torch.randn(*shape) for shape in shapes)
-    offs = None if offsets is None else torch.tensor(offsets, dtype=torch.int32)
+    a, b = (torch.randn(*shape, device=device) for shape in shapes)
+    offs = None if offsets is None else torch.tensor(offsets, dtype=torch.int32, device=device)
     real = torch._grouped_mm(a, b, offs)
     with FakeTensorMode(allow_non_fake_inputs=True) as mode, FakeKernels():
         fake = torch._grouped_mm(*(mode.from_tensor(t) for t in (a, b)), offs)
