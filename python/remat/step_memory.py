@@ -170,6 +170,11 @@ class _LiveStorages(TorchDispatchMode):
     """Counts the bytes of live storages on one device type, from their creation (or the
     meter's entry) to their release."""
 
+    # torch.compile'd code runs under the count, and AOTAutograd's graphs call higher-order
+    # operators (run_and_save_rng_state, for dropout): each runs below the count, which
+    # counts its outputs as any op's.
+    supports_higher_order_operators = True
+
     def __init__(self, device_type: str) -> None:
         super().__init__()
         self._device_type = device_type

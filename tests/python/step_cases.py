@@ -65,3 +65,18 @@ def zoo_measured(name):
         **kwargs,
     )
     return zoo, model, (args, kwargs), step, measured
+
+
+def allocator_peak(run):
+    """The CPU allocator's high-water mark over `run()`, beyond what it held before, as torch's
+    profiler reads it: every allocation, wherever it is made (Inductor's generated code too)."""
+    from torch.autograd.profiler import profile
+
+    with profile(profile_memory=True, use_kineto=True) as profiled:
+        run()
+    events = [e for e in profiled.kineto_results.events() if e.name() == "[memory]"]
+    current = peak = 0
+    for event in sorted(events, key=lambda e: e.start_ns()):
+        current += event.nbytes()
+        peak = max(peak, current)
+    return peak

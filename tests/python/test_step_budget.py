@@ -16,7 +16,7 @@ import remat.torch as rt
 from remat.eager.measuring.step_segments import StepRecord, StepSegments
 from remat.eager.run.step_budget import StepBudget
 from residual import Residual
-from step_cases import same, train, zoo_measured
+from step_cases import allocator_peak, same, train, zoo_measured
 from zoo import torchvision_cpu  # noqa: F401  (before transformers, which imports torchvision)
 
 
@@ -329,19 +329,24 @@ def test_torch_compile_compiles_past_the_steps_counted_on_the_cpu(compiled):
     handle.remove()
 
 
-def _allocator_peak(run):
-    """The CPU allocator's high-water mark over `run()`, beyond what was allocated before, as
-    torch's profiler reads it (every allocation, wherever it is made)."""
-    from torch.autograd.profiler import profile
-
-    with profile(profile_memory=True, use_kineto=True) as profiled:
-        run()
-    events = [e for e in profiled.kineto_results.events() if e.name() == "[memory]"]
-    current = peak = 0
-    for event in sorted(events, key=lambda e: e.start_ns()):
-        current += event.nbytes()
-        peak = max(peak, current)
-    return peak
+def test_compiled_dropout_runs_under_the_cpu_count():
+    """Compiled regions with dropout call higher-order operators (run_and_save_rng_state),
+    which reach the count once compiled code runs in the steps it counts."""
+    torch.manual_seed(0)
+    model = Residual(depth=4)
+    for layer in model.layers:
+        layer.insert(3, torch.nn.Dropout(0.1))
+    x = torch.randn(256, 64)
+    probe = copy.deepcopy(model)
+    measured = rt.measure(probe, x, optimizer=torch.optim.AdamW(probe.parameters()))
+    budget = _budgets(measured)[1]
+    handle = rt.auto_checkpoint(model, memory_budget=budget)
+    backend, seen = _counting_aot_eager()
+    run = torch.compile(model, backend=backend)
+    peaks, losses, _ = train(model, lambda m: run(x), steps=4)
+    assert seen["calls"] > 0 and max(peaks) <= budget, (peaks, budget, handle.plan)
+    assert all(torch.isfinite(loss) for loss in losses)
+    handle.remove()
 
 
 def test_a_cpu_count_sees_the_buffers_of_inductor_graphs():
@@ -355,7 +360,7 @@ def test_a_cpu_count_sees_the_buffers_of_inductor_graphs():
         with rt.StepMemoryMeter(x) as meter:
             expand(x)
     assert not meter.saw_inductor
-    assert meter.peak_bytes == x.nbytes + _allocator_peak(lambda: expand(x))
+    assert meter.peak_bytes == x.nbytes + allocator_peak(lambda: expand(x))
     assert meter.peak_bytes >= x.nbytes + 3 * x.nbytes  # intermediates are held at once
 
 
