@@ -45,13 +45,20 @@ def test_every_step_of_a_residual_model_fits_three_budgets_bit_for_bit():
         assert same(losses, got_losses) and all(map(same, grads, got_grads))
 
 
-def test_gradient_accumulation_over_two_micro_steps_fits_the_budget():
+def _residual_case(**training):
+    """A 4-block Residual and its batch, plain training's losses and gradients (`training`:
+    train's options), and measure()'s figures with AdamW."""
     torch.manual_seed(0)
     model = Residual(depth=4)
     x = torch.randn(256, 64)
-    _, losses, grads = train(copy.deepcopy(model), lambda m: m(x), micro_steps=2)
+    _, losses, grads = train(copy.deepcopy(model), lambda m: m(x), **training)
     probe = copy.deepcopy(model)
     measured = rt.measure(probe, x, optimizer=torch.optim.AdamW(probe.parameters()))
+    return model, x, losses, grads, measured
+
+
+def test_gradient_accumulation_over_two_micro_steps_fits_the_budget():
+    model, x, losses, grads, measured = _residual_case(micro_steps=2)
     for budget in _budgets(measured)[1:]:
         trained = copy.deepcopy(model)
         handle = rt.auto_checkpoint(trained, memory_budget=budget)
@@ -300,12 +307,7 @@ def test_torch_compile_compiles_past_the_steps_counted_on_the_cpu(compiled):
     does not ignore compiled code. The CPU steps a memory_budget counts (the first ones of each
     plan) once left the model eager for all training; they now run it compiled, and the count
     sees its ops (aot_eager runs them through the dispatcher)."""
-    torch.manual_seed(0)
-    model = Residual(depth=4)
-    x = torch.randn(256, 64)
-    _, losses, grads = train(copy.deepcopy(model), lambda m: m(x), steps=5)
-    probe = copy.deepcopy(model)
-    measured = rt.measure(probe, x, optimizer=torch.optim.AdamW(probe.parameters()))
+    model, x, losses, grads, measured = _residual_case(steps=5)
     budget = _budgets(measured)[1]
     backend, seen = _counting_aot_eager()
     trained = copy.deepcopy(model)
