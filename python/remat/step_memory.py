@@ -23,8 +23,9 @@ the meter is active (a tensor made from a NumPy array) are not seen.
 
 torch.compile'd code runs compiled under a meter, and its ops count as they reach the dispatcher.
 Inductor's generated code allocates its CPU buffers outside the dispatcher: while a meter is
-active, each Inductor graph it runs allocates them through the dispatcher instead. Where that
-cannot be done (a C++ wrapper), the meter says its count may fall short (``saw_inductor``).
+active, each Inductor graph it runs allocates them through the dispatcher instead
+(inductor_buffers.py). Where that cannot be done (a C++ wrapper), the meter says its count may
+fall short (``saw_inductor``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from .inductor_buffers import UNSEEN as INDUCTOR_UNSEEN
+from .inductor_buffers import buffers_dispatched
 from .saved_memory import estimating_now, storage_of
 
 
@@ -73,15 +76,6 @@ _INDUCTOR_GRAPHS = "torch._inductor.output_code"  # CompiledFxGraph: one compile
 _wrapped_graphs: tuple[Any, Any] | None = None  # (CompiledFxGraph, its own __call__) while wrapped
 
 
-# Why a CPU count that ran an Inductor graph may fall short.
-INDUCTOR_UNSEEN = (
-    "the step ran an Inductor graph on the CPU whose buffers remat's count of live storages "
-    "cannot see (its generated code allocates them outside torch's dispatcher, and remat did "
-    "not find its Python wrapper: a C++ wrapper, say). On CUDA the allocator counts every byte; "
-    "on the CPU, compile with the default Python wrapper or backend='aot_eager'"
-)
-
-
 def _watched_resize(storage: torch.UntypedStorage, size: int) -> Any:
     result = _original_resize(storage, size)
     for watcher in list(_watchers):
@@ -95,50 +89,11 @@ def _watched_graph_call(graph: Any, *args: Any, **kwargs: Any) -> Any:
     counts = [watcher for watcher in _watchers if watcher.counting]
     if not counts:
         return call(graph, *args, **kwargs)
-    namespace = _generated_namespace(getattr(graph, "current_callable", None))
-    if namespace is None:  # a C++ wrapper, or a wrapping remat does not know: its buffers unseen
-        for watcher in counts:
-            watcher.saw_inductor = True
+    with buffers_dispatched(graph) as seen:
+        if not seen:
+            for watcher in counts:
+                watcher.saw_inductor = True
         return call(graph, *args, **kwargs)
-    own = namespace[_INDUCTOR_CPU_ALLOCATION]
-    namespace[_INDUCTOR_CPU_ALLOCATION] = _dispatched_empty_strided_cpu
-    try:
-        return call(graph, *args, **kwargs)
-    finally:
-        namespace[_INDUCTOR_CPU_ALLOCATION] = own
-
-
-# The function Inductor's generated Python wrapper allocates its CPU buffers with, bound in the
-# generated module's namespace: torch._C._dynamo.guards._empty_strided_cpu, which bypasses the
-# dispatcher. While a count runs the graph, the same buffers are made through the dispatcher.
-_INDUCTOR_CPU_ALLOCATION = "empty_strided_cpu"
-
-
-def _dispatched_empty_strided_cpu(size: Any, stride: Any, dtype: torch.dtype) -> torch.Tensor:
-    return torch.empty_strided(size, stride, dtype=dtype, device="cpu")
-
-
-def _generated_namespace(function: Any, depth: int = 4) -> dict[str, Any] | None:
-    """The globals of the generated module behind an Inductor graph's callable: its own, or
-    those of a function it wraps (a bound method, functools.wraps, or a closure)."""
-    if function is None or depth < 0:
-        return None
-    function = getattr(function, "__func__", function)
-    namespace = getattr(function, "__globals__", None)
-    if namespace is not None and _INDUCTOR_CPU_ALLOCATION in namespace:
-        return namespace
-    inner = [getattr(function, "__wrapped__", None)]
-    for cell in getattr(function, "__closure__", None) or ():
-        try:
-            inner.append(cell.cell_contents)
-        except ValueError:  # a cell not yet filled
-            continue
-    for candidate in inner:
-        if callable(candidate):
-            found = _generated_namespace(candidate, depth - 1)
-            if found is not None:
-                return found
-    return None
 
 
 def _patch_watched(on: bool) -> None:

@@ -369,9 +369,9 @@ def test_a_cpu_count_sees_the_buffers_of_inductor_graphs():
 def test_a_cpu_count_that_cannot_see_an_inductor_graph_says_so(monkeypatch):
     """Where remat cannot find the generated code's namespace (a C++ wrapper), the count may
     be short, and the meter and auto_checkpoint's checks say so."""
-    import remat.step_memory
+    import remat.inductor_buffers
 
-    monkeypatch.setattr(remat.step_memory, "_generated_namespace", lambda *_: None)
+    monkeypatch.setattr(remat.inductor_buffers, "_generated_namespace", lambda *_: None)
     double = torch.compile(lambda a: (a * 2).sin())
     x = torch.randn(256)
     with pytest.warns(RuntimeWarning, match="StepMemoryMeter: peak_bytes may be short"):

@@ -26,7 +26,8 @@ from torch.optim.optimizer import (
 )
 
 from ... import _distributed
-from ...step_memory import INDUCTOR_UNSEEN, held_at_start
+from ...inductor_buffers import UNSEEN as INDUCTOR_UNSEEN
+from ...step_memory import held_at_start
 from ..measuring.step_segments import StepRecord, StepSegments
 from ..planning.step_budget import (
     StepFigures,
