@@ -2,10 +2,11 @@
 
 Zoo models under auto_checkpoint(memory_budget=) at a budget halfway between measure()'s least
 and no-checkpoint step peaks (where remat refuses it, at the least peak it names), compiled
-whole after auto_checkpoint (aot_eager and Inductor), AdamW. Per step: the peak by remat.torch.StepMemoryMeter (the live-storage count the checks use
-on the CPU) and the peak the CPU allocator reached, read from torch's profiler (every
-allocation, Inductor's generated code included) plus what the step held as it began; whether
-the step went over the budget; how many graphs torch.compile had made.
+whole after auto_checkpoint (aot_eager and Inductor), AdamW. Per step: the peak by
+remat.torch.StepMemoryMeter (the live-storage count the checks use on the CPU) and the peak the
+CPU allocator reached, read from torch's profiler (every allocation, Inductor's generated code
+included) plus what the step held as it began; whether the step went over the budget; how many
+graphs torch.compile had made.
 
     python bench/step_count_compiled.py      # writes bench/results/step_count/compiled_cpu.md
 """
@@ -28,7 +29,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "python"))
 import remat  # noqa: E402
 import remat.torch as rt  # noqa: E402
-from remat.step_memory import held_bytes  # noqa: E402
 from step_cases import allocator_peak, zoo_measured  # noqa: E402
 from zoo import (
     adopt,  # noqa: E402
@@ -41,23 +41,26 @@ def run_model(name: str, backend: str, steps: int) -> dict:
     refuses it (compiled code can hold more than the eager code measure() ran), again at the
     least peak the refusal names. Each run in a fresh process: torch.compile's caches change
     what a first step holds."""
-    budget = None
-    for _ in range(2):
-        command = [sys.executable, __file__, "--one", name, backend, str(steps), str(budget or 0)]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        lines = done.stdout.strip().splitlines()
-        if done.returncode != 0 or not lines:
-            raise RuntimeError(f"{name} with {backend}: {done.stderr[-2000:]}")
-        found = json.loads(lines[-1])
-        if "refused" not in found:
-            return dict(found, refused=budget)
-        if budget is not None:
-            raise RuntimeError(f"{name} with {backend}: refused twice: {found['refused']}")
-        least = re.search(r"least peak of this training step, (\d+) bytes", found["refused"])
-        if least is None:
-            raise RuntimeError(found["refused"])
-        budget = int(least.group(1))
-    raise AssertionError("unreachable")
+    found = _in_fresh_process(name, backend, steps, None)
+    if "refused" not in found:
+        return dict(found, refused=None)
+    least = re.search(r"least peak of this training step, (\d+) bytes", found["refused"])
+    if least is None:
+        raise RuntimeError(found["refused"])
+    budget = int(least.group(1))
+    found = _in_fresh_process(name, backend, steps, budget)
+    if "refused" in found:
+        raise RuntimeError(f"{name} with {backend}: refused twice: {found['refused']}")
+    return dict(found, refused=budget)
+
+
+def _in_fresh_process(name: str, backend: str, steps: int, budget: int | None) -> dict:
+    command = [sys.executable, __file__, "--one", name, backend, str(steps), str(budget or 0)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"{name} with {backend}: {done.stderr[-2000:]}")
+    return json.loads(lines[-1])
 
 
 def run_one(name: str, backend: str, steps: int, budget: int | None) -> dict:
@@ -81,7 +84,6 @@ def _run(name: str, backend: str, steps: int, budget: int | None) -> dict:
         compiled = torch.compile(model, backend=backend)
         rows = []
         for _ in range(steps):
-            start = held_bytes(model, optimizer, args, kwargs, device=torch.device("cpu"))
             meters = []
 
             def step() -> None:
@@ -89,10 +91,12 @@ def _run(name: str, backend: str, steps: int, budget: int | None) -> dict:
                     zoo.loss(compiled(*args, **kwargs)).backward()
                     optimizer.step()
                     optimizer.zero_grad(set_to_none=True)
-                meters.append(meter.peak_bytes)
+                meters.append(meter)
 
-            allocator = start + allocator_peak(step)
-            rows.append((meters[0], allocator, counters["stats"]["unique_graphs"]))
+            beyond = allocator_peak(step)  # beyond what the step held as it began
+            meter = meters[0]
+            allocator = meter.start_bytes + beyond
+            rows.append((meter.peak_bytes, allocator, counters["stats"]["unique_graphs"]))
     handle.remove()
     return {
         "budget": budget,
@@ -102,7 +106,7 @@ def _run(name: str, backend: str, steps: int, budget: int | None) -> dict:
     }
 
 
-def report(results: dict, args: argparse.Namespace) -> str:
+def report(results: dict) -> str:
     lines = [
         "# The CPU count of a compiled step's memory, against the allocator",
         "",
@@ -176,7 +180,7 @@ def main() -> None:
         for backend in args.backends.split(","):
             print(f"{name} {backend}", flush=True)
             results[(name, backend)] = run_model(name, backend, args.steps)
-    text = report(results, args)
+    text = report(results)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "compiled_cpu.md").write_text(text)

@@ -113,9 +113,9 @@ def fit(
     plan's prediction less the excess it measured, or the least plan); each attempt is one
     compile and two steps. When every plan is predicted over the budget, the least plan is
     still compiled and measured once, if its prediction beyond the step's start is at most twice
-    the budget's (a step can measure under its prediction). The parameters and the optimizer's state are put back as
-    they were after each attempt, and gradients cleared; ``torch._dynamo.reset()`` runs before
-    each compile.
+    the budget's (a step can measure under its prediction). The parameters and the optimizer's
+    state are put back as they were after each attempt, and gradients cleared;
+    ``torch._dynamo.reset()`` runs before each compile.
 
     Args:
         model: the model (or any callable) to compile.
