@@ -7,6 +7,10 @@ A part's peak is read when the next part begins. On CUDA it is the allocator's
 user reading it across a measured step sees only the last part). On the CPU it comes from the
 live-storage count of :class:`remat.step_memory.StepMemoryMeter`.
 
+Runs that only measure (a block's ops recorded, SAC's modes timed, in the first step) are
+counted aside: the step holds their peak, so it is the step's, but not the part's, whose figure
+plans the steps that follow and do not run them.
+
 Backward marks come from tensor hooks: a block's backward begins when the gradient of its
 output is complete and ends when that of its input is. Hooks on one tensor can fire out of
 order (a block's input is the previous block's output), so a mark that would move the step
@@ -42,10 +46,11 @@ class StepRecord:
     start_bytes: int
     parts: tuple[tuple[Part, int], ...]
     saw_inductor: bool = False  # the CPU count missed an Inductor graph's buffers
+    aside_bytes: int = 0  # the peak of the runs that only measured (see StepSegments.aside)
 
     @property
     def peak_bytes(self) -> int:
-        return max([self.start_bytes, *(peak for _, peak in self.parts)])
+        return max([self.start_bytes, self.aside_bytes, *(peak for _, peak in self.parts)])
 
 
 class StepSegments:
@@ -70,6 +75,8 @@ class StepSegments:
         self.start_bytes = 0
         self.open = False
         self._allocator = False  # measured by CUDA's allocator (else by counting storages)
+        self._aside_bytes = 0
+        self._part_floor = 0  # CUDA: the part's peak before an aside run reset the statistic
 
     def begin(self) -> None:
         # An estimated step's CUDA tensors are fake: the allocator sees none, storages count.
@@ -92,7 +99,8 @@ class StepSegments:
 
     def _close_part(self) -> None:
         if self._allocator:
-            peak = reset_cuda_peak(self.device)
+            peak = max(reset_cuda_peak(self.device), self._part_floor)
+            self._part_floor = 0
         else:
             assert self._mode is not None
             peak = self._mode.peak
@@ -172,6 +180,31 @@ class StepSegments:
         finally:
             self._mode.counting = counting
 
+    @contextlib.contextmanager
+    def aside(self) -> Iterator[None]:
+        """Runs inside that only measure: their peak is the step's, not the part's (see the
+        module's docstring). What they leave behind counts in the part from then on."""
+        if not self.open:
+            yield
+            return
+        if self._allocator:
+            before = reset_cuda_peak(self.device)
+        else:
+            assert self._mode is not None
+            before = self._mode.peak
+        try:
+            yield
+        finally:
+            if self._allocator:
+                peak = reset_cuda_peak(self.device)
+                after = torch.cuda.memory_allocated(self.device)
+                self._part_floor = max(self._part_floor, before, after)
+            else:
+                assert self._mode is not None
+                peak, after = self._mode.peak, self._mode.current
+                self._mode.peak = max(before, after)
+            self._aside_bytes = max(self._aside_bytes, peak)
+
     def leave(self) -> None:
         """The step ends here: its last part closes and nothing after it counts."""
         if self.open:
@@ -187,7 +220,7 @@ class StepSegments:
         if all(part != ("optimizer",) for part, _ in parts):
             parts = [(part, peak) for part, peak in parts if part != ("done",)]
         saw_inductor = self._mode is not None and self._mode.saw_inductor
-        return StepRecord(self.start_bytes, tuple(parts), saw_inductor)
+        return StepRecord(self.start_bytes, tuple(parts), saw_inductor, self._aside_bytes)
 
 
 def _entries(mode: Any) -> int:
