@@ -196,25 +196,44 @@ def test_the_least_step_peak_is_at_most_hf_checkpointings(name):
     assert same(losses, got_losses) and all(map(same, grads, got_grads)), name
 
 
-def test_the_op_recording_of_the_first_step_is_not_counted_in_later_plans():
-    """A Llama from a small config (not the zoo's), batch 4 x 128: its first step records a
-    block's ops, keeping every op's output alive while the block runs. Later steps never run
-    that recording: their least step peak is HF checkpointing's step peak (it was 8.6% above,
-    counting the recording), and a step planned to HF's peak holds no more, bit for bit."""
+# Small configs, not the zoo's, at batch 4 x 128: the first step's profiling of a block's ops
+# (its saves kept, then every cacheable op cached) holds more than HF checkpointing's whole step.
+_SMALL_DECODERS = {
+    "llama": (
+        "LlamaForCausalLM",
+        "LlamaConfig",
+        dict(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=256,
+            max_position_embeddings=128,
+        ),
+    ),
+    "gpt2": (
+        "GPT2LMHeadModel",
+        "GPT2Config",
+        dict(n_embd=64, n_layer=4, n_head=4, vocab_size=256, n_positions=128),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_SMALL_DECODERS))
+def test_profiling_ops_in_the_first_step_never_raises_the_least_step_peak(name):
+    """The runs that profile a block's ops in the first step are not counted in later steps'
+    plans (they never run them), and a first step under a budget leaves them out where they
+    would not fit (the block is then planned whole). So measure()'s least step peak is at most
+    HF checkpointing's step peak (before: Llama 8.6%, GPT-2 35% above), and a step planned to
+    HF's peak holds no more, the first included, bit for bit with plain training."""
     transformers = pytest.importorskip("transformers")
     import remat.integrations.transformers as hf
 
-    config = transformers.LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=256,
-        max_position_embeddings=128,
-    )
+    model_class, config_class, config = _SMALL_DECODERS[name]
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).train()
+    model = getattr(transformers, model_class)(getattr(transformers, config_class)(**config))
+    model.train()
     ids = torch.randint(0, 256, (4, 128), generator=torch.Generator().manual_seed(1))
 
     def step(m):
@@ -238,9 +257,13 @@ def test_the_op_recording_of_the_first_step_is_not_counted_in_later_plans():
     hf_peak = max(train(checkpointed, step, batch=ids)[0])
     assert least <= hf_peak, (least, hf_peak)
     trained = copy.deepcopy(model)
-    hf.enable(trained, memory_budget=hf_peak)
-    peaks, got_losses, got_grads = train(trained, step, batch=ids)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        hf.enable(trained, memory_budget=hf_peak)
+        peaks, got_losses, got_grads = train(trained, step, batch=ids)
     assert max(peaks) <= hf_peak, (peaks, hf_peak)
+    said = [str(w.message) for w in caught if "remat" in str(w.message)]
+    assert not said, said
     assert same(losses, got_losses) and all(map(same, grads, got_grads))
 
 

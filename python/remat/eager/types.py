@@ -61,6 +61,11 @@ class OpProfile:
         """A full re-run: every op up to the last needed one."""
         return sum(op.seconds for op in self.ops[: self.last_needed + 1])
 
+    @property
+    def cached_bytes(self) -> int:
+        """What SAC's cache holds with every cacheable op cached (as measure_modes runs it)."""
+        return sum(op.new_bytes for op in self.ops if op.cacheable)
+
 
 @dataclass(frozen=True)
 class MenuEntry:

@@ -35,6 +35,7 @@ times every op (synchronizing the device around it), the least of a few runs.
 from __future__ import annotations
 
 import warnings
+import weakref
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
@@ -43,7 +44,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import create_selective_checkpoint_contexts
 
-from ...saved_memory import estimating_now, storage_key, torch_checkpoint_packs
+from ...saved_memory import estimating_now, storage_key, storage_of, torch_checkpoint_packs
 from .._runtime import (
     _detached,
     _modules_of,
@@ -72,12 +73,15 @@ class _OpRecorder(TorchDispatchMode):
         self.seconds: list[float] = []
         self.created: list[set[Key]] = []
         self.random: list[bool] = []
-        self.mutates: list[set[Key]] = []
+        self.mutates: list[set[int]] = []  # per op: the earlier ops whose outputs it writes
         self.producer: dict[Key, int] = {}
+        # The storage each producer's key named: a key whose storage has died names a new one
+        # when an op's output takes its address again. Weak, so that the recording holds no
+        # more than the layer does (keeping every op's output was a block's whole forward).
+        self._named: dict[Key, Any] = {}
         # Ops dispatched before the last tensor was saved: a re-run stops right at that save
         # (an op's inputs are saved before it is dispatched, its outputs after).
         self.dispatched_at_last_save = 0
-        self.keep_alive: list[Any] = []  # no address is reused while the layer runs
         self.dispatched = 0  # every op, SAC's ignored ones too
         self.own_pack: Any = None  # as GeneratorWatch's
         self.inner_checkpoint = False
@@ -87,9 +91,27 @@ class _OpRecorder(TorchDispatchMode):
         self.dispatched_at_last_save = len(self.names)
 
     def __exit__(self, *exc: Any) -> Any:
-        # The op outputs: the graph's hooks reach the recorder too, and the layer has ended.
-        self.keep_alive.clear()
+        # The graph's hooks reach the recorder too, and the layer has ended.
+        self._named.clear()
         return super().__exit__(*exc)
+
+    def _new_storages(self, out: Any, inputs: set[Key]) -> set[Key]:
+        """The keys of the storages `out` holds that no earlier op made, or that took the
+        address of one that has died; each is named from now on as made by the op dispatched
+        now."""
+        created = set()
+        index = len(self.names)
+        for tensor in _tensors(out):
+            key = storage_key(tensor)
+            if key in inputs or key in created:
+                continue
+            named = self._named.get(key)
+            if named is not None and named() is not None:
+                continue
+            created.add(key)
+            self.producer[key] = index
+            self._named[key] = weakref.ref(storage_of(tensor))
+        return created
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
         kwargs = kwargs or {}
@@ -108,21 +130,18 @@ class _OpRecorder(TorchDispatchMode):
         if self.device_sync:
             torch.cuda.synchronize()
         seconds = self.now() - start
+        created = self._new_storages(out, inputs)
+        # The ops whose outputs this one writes to (keyword arguments too: torch.add(s, v,
+        # out=s) writes s through its `out`), resolved now: a key may name a later op's
+        # storage once this one's has died.
         index = len(self.names)
-        producer = self.producer
-        created = {k for k in _storage_keys((out,), {}) if k not in inputs and k not in producer}
-        for key in created:
-            producer[key] = index
-        mutated = set()
-        # Keyword arguments too: torch.add(s, v, out=s) writes s through its `out`.
-        for value in argument(facts.writes, args, kwargs):
-            mutated |= {storage_key(t) for t in _tensors(value)}
+        written = {storage_key(t) for t in _tensors(argument(facts.writes, args, kwargs))}
+        mutated = {self.producer[k] for k in written if self.producer.get(k, index) < index}
         self.names.append(facts.name)
         self.seconds.append(seconds)
         self.created.append(created)
         self.random.append(draws_random(facts, args, kwargs))
         self.mutates.append(mutated)
-        self.keep_alive.append(out)
         return out
 
 
@@ -333,6 +352,7 @@ class ModesCache:
         measured: CallMeasurement,
         recorded: "OpProfile | None",
         time_plainly: bool = False,
+        room: int | None = None,
     ) -> "OpProfile":
         """A layer's op profile, SAC's modes measured only where they could pay: `recorded`
         by its measuring run (measure_with_ops); else that of a layer of its kind that
@@ -342,7 +362,11 @@ class ModesCache:
         `time_plainly`: a layer of a new kind that could get options is timed in a plain run
         (no mode, no region) if it was not already, kept as the profile's plain_seconds: the
         first step measures a block inside its region under a dispatch mode, whose per-op cost
-        would make a whole region's re-run look dearer than the ops a selective one re-runs."""
+        would make a whole region's re-run look dearer than the ops a selective one re-runs.
+        `room`: the bytes the runs may hold beyond the layer's own working set (a first step's
+        budget, less what the step holds); a layer whose recording (its saves kept) or modes
+        (every cacheable op cached) would hold more gets no options, and is not remembered as
+        such, so that a later step with room profiles its kind."""
         if recorded is None:
             known = self.known(kind, measured.dispatched)
             if known is not None:
@@ -362,7 +386,11 @@ class ModesCache:
                     self._kinds.setdefault(kind, found)
                     self._classes_worth[_classes_of(kind)] = False
                     return found
+                if room is not None and _key_bytes(measured.saved_keys) > room:
+                    return _unprofiled(measured, plain)
                 recorded = record_ops(function, args, kwargs, excluded)
+            if room is not None and recorded.cached_bytes > room:
+                return _unprofiled(measured, plain)
             if time_plainly and plain is None and recorded.replays:
                 detached = _detached(args), _detached(kwargs)
                 plain = seconds = self._plain_forward(function, *detached, seconds, None)
@@ -371,6 +399,15 @@ class ModesCache:
         self._kinds.setdefault(kind, found)
         self._classes_worth[_classes_of(kind)] = found.worth_it and found.replays
         return found
+
+
+def _key_bytes(keys: Any) -> int:
+    return sum(key[2] for key in keys)
+
+
+def _unprofiled(measured: CallMeasurement, plain: float | None) -> "OpProfile":
+    """The profile of a layer whose ops were not profiled: planned as a block."""
+    return OpProfile((), -1, worth_it=False, dispatched=measured.dispatched, plain_seconds=plain)
 
 
 def _classes_of(kind: Any) -> Any:
@@ -391,12 +428,7 @@ def _op_profile(recorders: Sequence[_OpRecorder], outputs: set[Key]) -> OpProfil
             break
         for times, s in zip(seconds, again.seconds):
             times.append(s)
-    mutated_later: set[int] = set()
-    for index, keys in enumerate(recorder.mutates):
-        for key in keys:
-            producer = recorder.producer.get(key)
-            if producer is not None and producer < index:
-                mutated_later.add(producer)
+    mutated_later = {producer for written in recorder.mutates for producer in written}
     last_needed = recorder.dispatched_at_last_save - 1
     ops = []
     for index, name in enumerate(recorder.names):

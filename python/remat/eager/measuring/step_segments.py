@@ -9,7 +9,8 @@ live-storage count of :class:`remat.step_memory.StepMemoryMeter`.
 
 Runs that only measure (a block's ops recorded, SAC's modes timed, in the first step) are
 counted aside: the step holds their peak, so it is the step's, but not the part's, whose figure
-plans the steps that follow and do not run them.
+plans the steps that follow and do not run them. Given a budget, the step runs them only where
+they leave it room (``room_bytes``).
 
 Backward marks come from tensor hooks: a block's backward begins when the gradient of its
 output is complete and ends when that of its input is. Hooks on one tensor can fire out of
@@ -50,7 +51,12 @@ class StepRecord:
 
     @property
     def peak_bytes(self) -> int:
-        return max([self.start_bytes, self.aside_bytes, *(peak for _, peak in self.parts)])
+        return max(self.unprofiled_peak_bytes, self.aside_bytes)
+
+    @property
+    def unprofiled_peak_bytes(self) -> int:
+        """The peak without the runs that only measured."""
+        return max([self.start_bytes, *(peak for _, peak in self.parts)])
 
 
 class StepSegments:
@@ -58,9 +64,14 @@ class StepSegments:
     holds when it begins (the model, its optimizers, the batch); counted on the CPU only."""
 
     def __init__(
-        self, device: torch.device, held: tuple[Any, ...], optimizer_follows: bool
+        self,
+        device: torch.device,
+        held: tuple[Any, ...],
+        optimizer_follows: bool,
+        budget: int | None = None,
     ) -> None:
         self.device = device
+        self.budget = budget  # the step's memory budget, if it has one (see room_bytes)
         # Whether an optimizer step is expected after the backward: else what follows the
         # backward is the user's, and the CPU count stops there (the dispatch mode, which the
         # backward's end cannot take off the stack, passes ops through until the step ends).
@@ -179,6 +190,26 @@ class StepSegments:
             yield
         finally:
             self._mode.counting = counting
+
+    def held_bytes(self) -> int:
+        """What the step holds now."""
+        if self._allocator:
+            return torch.cuda.memory_allocated(self.device)
+        assert self._mode is not None
+        return self._mode.current
+
+    def part_peak_bytes(self) -> int:
+        """The peak of the part under way, so far."""
+        if self._allocator:
+            return max(torch.cuda.max_memory_allocated(self.device), self._part_floor)
+        assert self._mode is not None
+        return self._mode.peak
+
+    def room_bytes(self) -> int | None:
+        """What the budget leaves beyond what the step holds now (None: no budget)."""
+        if self.budget is None or not self.open:
+            return None
+        return self.budget - self.held_bytes()
 
     @contextlib.contextmanager
     def aside(self) -> Iterator[None]:

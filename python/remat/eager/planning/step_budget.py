@@ -46,6 +46,16 @@ class StepFigures:
     beside: tuple[tuple[Part, int], ...]
     measured_peak_bytes: int  # the measured step's own peak
     margin_bytes: int = 0  # measured excess of followed plans, added to every prediction
+    # The measured step's peak without its runs that only profiled ops, which a first step
+    # under a budget makes only where they fit (StepSegments.room_bytes); None: the same.
+    unprofiled_peak_bytes: int | None = None
+
+    def first_step_least_bytes(self, profiling_fits_budget: bool) -> int:
+        """The least budget a measuring step holds: with its profiling runs, unless a step
+        under a budget leaves them out where they would not fit."""
+        if profiling_fits_budget and self.unprofiled_peak_bytes is not None:
+            return self.unprofiled_peak_bytes
+        return self.measured_peak_bytes
 
 
 class _Activations:
@@ -116,7 +126,13 @@ def figures_of(record: StepRecord, profile: Profile) -> StepFigures:
             outside = max(outside, peak)
         else:
             beside.append((part, max(peak - record.start_bytes - measured(part), 0)))
-    return StepFigures(record.start_bytes, outside, tuple(beside), record.peak_bytes)
+    return StepFigures(
+        record.start_bytes,
+        outside,
+        tuple(beside),
+        record.peak_bytes,
+        unprofiled_peak_bytes=record.unprofiled_peak_bytes,
+    )
 
 
 def figures_json(figures: StepFigures) -> dict[str, Any]:
@@ -203,7 +219,7 @@ def agree_on_figures(
         beside=tuple(beside.items()),
         measured_peak_bytes=max(f.measured_peak_bytes for f in found),
         margin_bytes=max(f.margin_bytes for f in found),
-    )
+    )  # ranks planning together profile every block: no unprofiled figure
     return agreed, start, budget
 
 

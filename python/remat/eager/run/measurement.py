@@ -254,7 +254,8 @@ def measure_with_calls(
         on_cuda=any(device.type == "cuda" for device in devices),
     )
     if record is not None and record.parts:
-        result = _with_step_figures(result, figures_of(record, made.profile), state_bytes)
+        figures = figures_of(record, made.profile)
+        result = _with_step_figures(result, figures, state_bytes, alone=by_parts)
     return result, measured.calls
 
 
@@ -262,15 +263,21 @@ def measure_with_calls(
 PLAIN_SHARE, PLAIN_SLACK = 200, 64 * 1024
 
 
-def _with_step_figures(result: Measurement, figures: StepFigures, state: int) -> Measurement:
+def _with_step_figures(
+    result: Measurement, figures: StepFigures, state: int, alone: bool
+) -> Measurement:
     """The step's least and plain peaks, from the measured step's figures; `state`: the bytes
-    of optimizer state its optimizer step created (held by every later step)."""
+    of optimizer state its optimizer step created (held by every later step); `alone`: not
+    under a process group."""
     start = figures.start_bytes + state
 
     def make_plan(budget: int) -> Plan:
         return plan_profile(result.profile, budget)
 
-    least = max(least_step_peak(make_plan, figures, start), figures.measured_peak_bytes)
+    # auto_checkpoint's first step leaves out a block's profiling runs where they would take
+    # it past its budget (not under a process group, whose ranks must run alike).
+    first = figures.first_step_least_bytes(profiling_fits_budget=alone)
+    least = max(least_step_peak(make_plan, figures, start), first)
     plain = predicted_step(make_plan(2**60), figures, start, 0).predicted_peak_bytes
     # The least plan runs every block as a region, as the measured step did: its prediction is
     # exact. Without checkpointing the backward runs otherwise, and can hold a little more than

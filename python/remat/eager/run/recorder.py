@@ -88,8 +88,10 @@ class StepRecorder:
             self.running.device = next(iter(devices))
         call = len(step.calls)
         segments = self.segments()
+        held_before = 0
         if segments is not None:
             segments.mark(("forward", call))
+            held_before = segments.held_bytes()
         now = clock()
         _synchronize((args, kwargs))
         start = now()
@@ -102,15 +104,16 @@ class StepRecorder:
         ops = None if kind is None or record else modes.known(kind, measured.dispatched)
         if kind is not None and ops is None:
             # These runs only measure: the steps that follow the plan do not hold them.
+            room = _room_to_profile(segments, held_before, modes)
             aside = segments.aside() if segments is not None else contextlib.nullcontext()
             with aside, self.running.inside_block(), _PreservedState([module], devices):
                 again, again_kwargs = snapshot.replayed(args, kwargs)
                 recorded = None
-                if record:
+                if record and (room is None or sum(k[2] for k in measured.saved_keys) <= room):
                     recorded = measuring_ops.record_ops(original, again, again_kwargs, excluded)
                     again, again_kwargs = snapshot.replayed(args, kwargs)
                 ops = modes.ops_of(
-                    kind, original, again, again_kwargs, excluded, measured, recorded, True
+                    kind, original, again, again_kwargs, excluded, measured, recorded, True, room
                 )
         if ops is not None and ops.plain_seconds is not None:
             # The region run is slowed by the measuring mode.
@@ -133,3 +136,16 @@ class StepRecorder:
             segments.watch_backward(call, _tensors((args, kwargs)), _tensors(out))
         step.last_outputs = out
         return out
+
+
+def _room_to_profile(
+    segments: StepSegments | None, held_before: int, modes: ModesCache
+) -> int | None:
+    """What the step's budget leaves the runs that profile a block's ops, beyond the block's
+    working set as its measured forward (which began holding `held_before`) showed it. None:
+    no bound (no budget; or ranks planning together, which must run the same forwards)."""
+    room = None if segments is None or not modes.shortcuts else segments.room_bytes()
+    if room is None:
+        return None
+    assert segments is not None
+    return room - (segments.part_peak_bytes() - held_before)

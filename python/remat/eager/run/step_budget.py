@@ -111,10 +111,13 @@ class StepBudget:
             self.memory_budget = resolve_auto_budget(device)
         if not measuring and self._checks_left.get(key, 0) <= 0:
             return
+        budget = self.memory_budget
+        assert isinstance(budget, int)  # resolved above
         segments = StepSegments(
             device,
             (self._model, *self._optimizers, *held),
             optimizer_follows=bool(self._optimizers),
+            budget=budget,
         )
         segments.begin()
         self._open = _Open(key, segments, measuring)
