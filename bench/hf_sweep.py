@@ -71,16 +71,19 @@ def diff(a, b):
     return bad
 
 
-def run(model_type: str, mode: str = "full") -> dict:
+def build(model_type: str, r: dict, shapes: tuple = ((2, 16),)) -> tuple | None:
+    """The type's model from a tiny config, in training mode, an untouched copy of it, a batch
+    of token ids (of the first of `shapes` a plain step runs at), and its layers as enable()
+    finds them; None (with `r`'s status and error set) where it cannot be built or trained
+    plainly. `r` also gets its build figures."""
     from transformers import AutoModelForCausalLM
 
-    r = {"type": model_type}
     t0 = time.time()
     try:
         config = build_config(model_type, OVERRIDES.get(model_type))
     except Exception as e:
         r.update(status="build-skip", stage="config", error=_err(e), tb=_tb(e))
-        return r
+        return None
     torch.manual_seed(0)
     model = None
     for attn in ("sdpa", "eager"):
@@ -93,13 +96,13 @@ def run(model_type: str, mode: str = "full") -> dict:
             last = e
     if model is None:
         r.update(status="not-applicable", stage="model-build", error=_err(last), tb=_tb(last))
-        return r
+        return None
     r["build_s"] = round(time.time() - t0, 2)
     r["params"] = sum(p.numel() for p in model.parameters())
     r["class"] = type(model).__name__
     if r["build_s"] > 60:
         r.update(status="build-skip", stage="slow-build", error=f"build took {r['build_s']}s")
-        return r
+        return None
     if model_type in POST:
         POST[model_type](model)
     model.train()
@@ -107,21 +110,36 @@ def run(model_type: str, mode: str = "full") -> dict:
     vocab = getattr(config, "vocab_size", None)
     if not isinstance(vocab, int):
         vocab = getattr(config.get_text_config(), "vocab_size", 256)
-    g = torch.Generator().manual_seed(1234)
-    ids = torch.randint(0, min(vocab, 256), (2, 16), generator=g)
-    # plain reference
-    try:
-        ref = [step_grads(plain, ids, s) for s in range(2)]
-    except Exception as e:
-        r.update(status="not-applicable", stage="plain-step", error=_err(e), tb=_tb(e))
-        return r
-    r["loss"] = ref[0][1]
+    for shape in shapes:
+        g = torch.Generator().manual_seed(1234)
+        ids = torch.randint(0, min(vocab, 256), shape, generator=g)
+        try:
+            step_grads(copy.deepcopy(plain), ids, 0)  # on a copy: some models keep state
+            break
+        except Exception as e:
+            r.update(status="not-applicable", stage="plain-step", error=_err(e), tb=_tb(e))
+    else:
+        return None
+    r.pop("status", None), r.pop("stage", None), r.pop("error", None), r.pop("tb", None)
+    r["shape"] = list(ids.shape)
     try:
         layers = rit.find_layers(model)
         r["n_layers_found"] = len(layers)
     except Exception as e:
         r.update(status="remat-error", stage="find_layers", error=_err(e), tb=_tb(e))
+        return None
+    return model, plain, ids, layers
+
+
+def run(model_type: str, mode: str = "full") -> dict:
+    r: dict = {"type": model_type}
+    t0 = time.time()
+    built = build(model_type, r)
+    if built is None:
         return r
+    model, plain, ids, layers = built
+    ref = [step_grads(plain, ids, s) for s in range(2)]
+    r["loss"] = ref[0][1]
     if mode == "build":
         r["status"] = "built"
         return r
