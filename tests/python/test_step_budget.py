@@ -115,6 +115,34 @@ def test_a_step_measured_over_its_prediction_replans_with_the_excess_and_warns()
     assert budget._checked("key", StepRecord(100, ((("pre",), 900),))) is False
 
 
+def test_every_step_found_over_the_budget_is_warned_about():
+    """A loop the plans do not model (the graph retained through the optimizer step) goes over
+    the budget on several steps in a row while the plans converge, some by the same bytes. Each
+    of those steps is warned about: a message repeated word for word was given once, and a
+    step went over silently."""
+    torch.manual_seed(0)
+    model = Residual(depth=4, classes=1)
+    optimizer = torch.optim.AdamW(model.parameters())
+    xs = [torch.randn(16, 64, 64) for _ in range(8)]
+    budget = rt.measure(model, xs[0], optimizer=optimizer).no_checkpoint_step_bytes
+    handle = rt.auto_checkpoint(model, memory_budget=budget, optimizer=optimizer)
+    over = 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for x in xs:
+            with rt.StepMemoryMeter(model, optimizer, x) as meter:
+                loss = model(x)
+                loss.backward(retain_graph=True)
+                optimizer.step()
+                optimizer.zero_grad()
+                del loss
+            over += meter.peak_bytes > budget
+        model(xs[0])  # the last step's check ends here
+    said = [str(w.message) for w in caught if "over the memory_budget" in str(w.message)]
+    assert over and len(said) >= over, (over, said)
+    handle.remove()
+
+
 def test_the_first_two_steps_that_follow_a_plan_are_checked():
     torch.manual_seed(0)
     model = Residual(depth=4)

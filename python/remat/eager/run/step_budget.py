@@ -84,6 +84,7 @@ class StepBudget:
         self.figures: dict[Any, StepFigures] = {}
         self._start_of_plan: dict[Any, int] = {}  # bytes held at the start its plan assumed
         self._checks_left: dict[Any, int] = {}
+        self._steps_over = 0  # checked steps found over the budget (each one is warned about)
         # Under a process group: keys whose figures call for a new plan, made when all agree.
         self._plan_again: set[Any] = set()
         self._open: _Open | None = None
@@ -198,10 +199,13 @@ class StepBudget:
         figures = self.figures[key]
         self.figures[key] = replace(figures, margin_bytes=figures.margin_bytes + excess)
         self._checks_left[key] = CHECKED_STEPS
+        self._steps_over += 1
+        # Numbered: a warning repeated word for word is given once, and every step over the
+        # budget must be told.
         self.warn(
             f"a training step measured {record.peak_bytes} bytes at its peak, over the "
-            f"memory_budget of {budget} bytes by {excess}: the next step follows a plan made "
-            "with that excess added"
+            f"memory_budget of {budget} bytes by {excess} (steps over it so far: "
+            f"{self._steps_over}): the next step follows a plan made with that excess added"
         )
         return True
 
