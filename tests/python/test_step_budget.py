@@ -143,6 +143,39 @@ def test_every_step_found_over_the_budget_is_warned_about():
     handle.remove()
 
 
+def test_a_step_after_layers_are_unfrozen_is_checked():
+    """Gradual unfreezing: the head (outside the blocks) trains from the fifth step on, its
+    gradients and optimizer state new. Past the checked steps of its plan, that step went
+    over the budget with no word; it is now checked, and its excess is warned about (with the
+    budget now below the step's least, the next step is refused)."""
+    torch.manual_seed(0)
+    model = Residual(depth=4, classes=2000)
+    model.head.requires_grad_(False)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad])
+    xs = [torch.randn(8, 64) for _ in range(6)]
+    budget = rt.measure(model, xs[0], optimizer=optimizer).no_checkpoint_step_bytes
+    handle = rt.auto_checkpoint(model, memory_budget=budget, optimizer=optimizer)
+    peaks = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step, x in enumerate(xs):
+            if step == 4:
+                model.head.requires_grad_(True)
+                optimizer.add_param_group({"params": list(model.head.parameters())})
+            try:
+                with rt.StepMemoryMeter(model, optimizer, x) as meter:
+                    model(x).backward()
+                    optimizer.step()
+                    optimizer.zero_grad()
+            except remat.InputError:
+                break
+            peaks.append(meter.peak_bytes)
+    assert max(peaks[:4]) <= budget < peaks[4], (peaks, budget)
+    said = [str(w.message) for w in caught if "over the memory_budget" in str(w.message)]
+    assert any(f"measured {peaks[4]} bytes" in message for message in said), said
+    handle.remove()
+
+
 def test_the_first_two_steps_that_follow_a_plan_are_checked():
     torch.manual_seed(0)
     model = Residual(depth=4)

@@ -85,6 +85,7 @@ class StepBudget:
         self._start_of_plan: dict[Any, int] = {}  # bytes held at the start its plan assumed
         self._checks_left: dict[Any, int] = {}
         self._steps_over = 0  # checked steps found over the budget (each one is warned about)
+        self._trained: tuple[Any, ...] | None = None  # see _check_again_if_training_changed
         # Under a process group: keys whose figures call for a new plan, made when all agree.
         self._plan_again: set[Any] = set()
         self._open: _Open | None = None
@@ -110,6 +111,7 @@ class StepBudget:
         blocks or is among the first steps of its plan."""
         if self.memory_budget == "auto":
             self.memory_budget = resolve_auto_budget(device)
+        self._check_again_if_training_changed()
         if not measuring and self._checks_left.get(key, 0) <= 0:
             return
         budget = self.memory_budget
@@ -122,6 +124,20 @@ class StepBudget:
         )
         segments.begin()
         self._open = _Open(key, segments, measuring)
+
+    def _check_again_if_training_changed(self) -> None:
+        """Which parameters train (requires_grad), and the optimizers' parameter groups, set
+        what a step holds beyond the blocks: gradients, optimizer state and its step. When they
+        change (layers unfrozen, a group added), the next steps of every plan are checked
+        again, so that a step they take over the budget is warned about and planned away."""
+        trained = (
+            tuple(p.requires_grad for p in self._model.parameters()),
+            tuple(len(g["params"]) for o in self._optimizers for g in o.param_groups),
+        )
+        if self._trained is not None and trained != self._trained:
+            for key in self.figures:
+                self._checks_left[key] = CHECKED_STEPS
+        self._trained = trained
 
     @property
     def open(self) -> StepSegments | None:
