@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 
+import pytest
 import torch
 from torch import nn
 
@@ -250,6 +251,38 @@ def test_measuring_with_ops_matches_measuring_and_profiling_apart():
         (o.name, o.new_bytes, o.cacheable, o.why_not) for o in apart.ops
     ]
     assert ops.last_needed == apart.last_needed and ops.dispatched == apart.dispatched
+
+
+def test_an_op_whose_storage_address_is_taken_again_keeps_its_own_bytes():
+    """The recorder keeps no op's output alive, so a temporary's address can be taken by a
+    later storage of the same size, here the layer's output. Each op keeps the bytes it made
+    (the temporary's maker is not "returned"), and the output's maker is the one returned."""
+    addresses = {}
+
+    def layer(x):
+        doubled = x * 2  # not saved: dies once exp has run
+        addresses["doubled"] = doubled.untyped_storage().data_ptr()
+        grown = torch.exp(doubled)
+        del doubled
+        out = grown * 3
+        addresses["out"] = out.untyped_storage().data_ptr()
+        return out
+
+    for width in (24, 32, 48, 64):
+        ops = measure_ops.record_ops(
+            layer, (torch.randn(width, width, requires_grad=True),), {}, set()
+        )
+        if addresses["doubled"] == addresses["out"]:
+            break
+    else:
+        pytest.skip("the allocator gave the output a fresh address at every size")
+    found = [(o.name, o.new_bytes, o.why_not) for o in ops.ops]
+    size = 4 * width * width
+    assert found == [
+        ("aten.mul.Tensor", size, ""),
+        ("aten.exp.default", size, ""),
+        ("aten.mul.Tensor", 0, "returned"),
+    ], found
 
 
 def _sizes(keys) -> list[int]:

@@ -429,10 +429,17 @@ def _op_profile(recorders: Sequence[_OpRecorder], outputs: set[Key]) -> OpProfil
         for times, s in zip(seconds, again.seconds):
             times.append(s)
     mutated_later = {producer for written in recorder.mutates for producer in written}
+    # The outputs are alive at the end: the last op to create their key made them (an earlier
+    # one's storage under that key had died, its address taken again).
+    returned = {recorder.producer[key] for key in outputs if key in recorder.producer}
     last_needed = recorder.dispatched_at_last_save - 1
     ops = []
     for index, name in enumerate(recorder.names):
-        created = recorder.created[index] - outputs
+        created = recorder.created[index]
+        if index in returned:
+            created = {
+                key for key in created if recorder.producer.get(key) != index or key not in outputs
+            }
         why_not = ""
         if recorder.random[index]:
             why_not = "random"
@@ -440,7 +447,7 @@ def _op_profile(recorders: Sequence[_OpRecorder], outputs: set[Key]) -> OpProfil
             why_not = "view or in-place"
         elif index in mutated_later:
             why_not = "mutated later"
-        elif recorder.created[index] & outputs:
+        elif index in returned:
             why_not = "returned"
         elif index > last_needed:
             why_not = "not re-run"
