@@ -125,17 +125,7 @@ def main() -> None:
         print(summary(out), end="")
         return
     types = sys.argv[3:] or list(hf_sweep.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
-    with open(out, "a") as f:
-        for model_type in types:
-            result = hf_sweep.one(model_type, mode, job=run)
-            f.write(json.dumps(result, default=str) + "\n")
-            f.flush()
-            print(
-                model_type,
-                result.get("status"),
-                result.get("ratio", result.get("error", "")),
-                flush=True,
-            )
+    hf_sweep.sweep(out, types, mode, job=run, detail=lambda result: (result.get("ratio", ""),))
 
 
 if __name__ == "__main__":

@@ -223,20 +223,11 @@ def main() -> None:
         print(summary(out))
         return
     types = sys.argv[3:] or list(hf_sweep.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
-    with open(out, "a") as f:
-        for t in types:
-            res = hf_sweep.one(t, mode, job=run)
-            f.write(json.dumps(res, default=str) + "\n")
-            f.flush()
-            print(
-                t,
-                res.get("status"),
-                res.get("stage", ""),
-                (res.get("error") or "")[:150],
-                {k: v.get("over") for k, v in res.get("runs", {}).items()},
-                res.get("wall_s"),
-                flush=True,
-            )
+
+    def over(result: dict[str, Any]) -> tuple[Any, ...]:
+        return ({label: run.get("over") for label, run in result.get("runs", {}).items()},)
+
+    hf_sweep.sweep(out, types, mode, job=run, detail=over)
 
 
 if __name__ == "__main__":

@@ -273,25 +273,27 @@ def summary(path: str) -> str:
     return "\n".join(lines)
 
 
+def sweep(out: str, types: list[str], mode: str, job=None, detail=lambda result: ()) -> None:
+    """`job` (default: run) on each type in a forked child (see one), each result appended to
+    `out` as a JSON line and printed on a line, with `detail(result)` before its time."""
+    with open(out, "a") as f:
+        for model_type in types:
+            result = one(model_type, mode, job)
+            f.write(json.dumps(result, default=str) + "\n")
+            f.flush()
+            error = (result.get("error") or "")[:150]
+            status, stage = result.get("status"), result.get("stage", "")
+            print(
+                model_type, status, stage, error, *detail(result), result.get("wall_s"), flush=True
+            )
+
+
 def main():
     mode, out = sys.argv[1], sys.argv[2]
     if mode == "summary":
         print(summary(out))
         return
-    types = sys.argv[3:] or list(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
-    with open(out, "a") as f:
-        for t in types:
-            res = one(t, mode)
-            f.write(json.dumps(res, default=str) + "\n")
-            f.flush()
-            print(
-                t,
-                res.get("status"),
-                res.get("stage", ""),
-                (res.get("error") or "")[:150],
-                res.get("wall_s"),
-                flush=True,
-            )
+    sweep(out, sys.argv[3:] or list(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES), mode)
 
 
 if __name__ == "__main__":
