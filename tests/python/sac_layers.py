@@ -68,8 +68,11 @@ def _flop_like_op_times(monkeypatch) -> None:
 
     monkeypatch.setattr(measure_ops, "profile_ops", profile_ops)
     monkeypatch.setattr(measure_chain, "measure_with_ops", measure_with_ops)
-    recorded_ops = measure_ops.record_ops
+    recorded_ops, recorded_profile = measure_ops.record_ops, recorder.recorded_profile
     monkeypatch.setattr(measure_ops, "record_ops", lambda *a, **k: flop_like(recorded_ops(*a, **k)))
+    monkeypatch.setattr(
+        recorder, "recorded_profile", lambda *a, **k: flop_like(recorded_profile(*a, **k))
+    )
     monkeypatch.setattr(measure_ops.ModesCache, "complete", without_modes_cost)
     # The fixed cost of a region too: on these tiny blocks it is comparable to a block's forward,
     # and its noise alone can flip the plan between selective and whole regions.

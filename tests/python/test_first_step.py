@@ -15,7 +15,7 @@ import remat.torch as rt
 from remat.eager.measuring import ops as measure_ops
 from remat.eager.measuring.calls import CallMeasurement, measure_call
 from remat.eager.measuring.menu import with_menus
-from remat.eager.run import tuning
+from remat.eager.run import recorder, tuning
 from remat.eager.types import LayerProfile, Profile
 
 
@@ -75,18 +75,19 @@ def test_blocks_of_one_kind_are_recorded_and_their_modes_measured_once(monkeypat
     model = copy.deepcopy(plain)
     x = torch.randn(8, 16, 32)
     modes = _counting(monkeypatch, measure_ops, "measure_modes")
-    recorded = _counting(monkeypatch, measure_ops, "record_ops")
+    recorded = _counting(monkeypatch, recorder, "op_recorder")
+    recorded_later = _counting(monkeypatch, measure_ops, "record_ops")
     measured = rt.measure(copy.deepcopy(model), x, blocks="layers", verbose=False)
-    modes[0] = recorded[0] = 0
+    modes[0] = recorded[0] = recorded_later[0] = 0
     rt.auto_checkpoint(
         model, activation_budget=measured.no_checkpoint_bytes - 1, blocks="layers", granularity="op"
     )
     _steps_equal(model, plain, x, 3)
-    # The first block records its ops (in a run of its own, after its region's forward) and
-    # calibrates the modes. Its input, the model's, needs no gradient: the second is of
-    # another kind but of the same classes, recorded too (unless the modes' per-op cost rules
-    # it out), and the last two are of the second's kind: they record nothing.
-    assert 1 <= recorded[0] <= 2
+    # The first block records its ops in its region's forward and calibrates the modes. Its
+    # input, the model's, needs no gradient: the second is of another kind but of the same
+    # classes, recorded as it runs too (unless the modes' per-op cost rules it out), and the
+    # last two are of the second's kind: nothing is recorded in a run of its own.
+    assert 1 <= recorded[0] <= 2 and recorded_later[0] == 0
     assert modes[0] <= 2
 
 

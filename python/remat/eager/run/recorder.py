@@ -13,10 +13,9 @@ from torch import nn
 
 from ...saved_memory import is_persistent, storage_key
 from .._runtime import _PreservedState, _synchronize, _tensors, clock
-from ..measuring import ops as measuring_ops
 from ..measuring.blocks import RecordedCall
 from ..measuring.calls import CallWatch
-from ..measuring.ops import ModesCache
+from ..measuring.ops import ModesCache, op_recorder, recorded_profile
 from ..measuring.step_segments import StepSegments
 from ..snapshots import CallSnapshot
 from .call_runner import CallRunner
@@ -77,12 +76,14 @@ class StepRecorder:
         assert modes is not None  # a measuring step
         kind = modes.kind(module, signature) if self.options.granularity == "op" else None
         # Measured inside the region that trains it: one forward, whose saves are noted on
-        # their way to the checkpoint. At op level, a block of a new kind then records its ops
-        # in a run of its own until the modes' per-op cost is known (see ModesCache.records).
-        # Not in that forward: the recording keeps every op's output alive while the block
-        # runs, which the part's peak, and the plans of the steps after it, would count.
+        # their way to the checkpoint. At op level, a block of a new kind records its ops in
+        # that forward until the modes' per-op cost is known (see ModesCache.records); its
+        # forward time then comes from a plain run (ModesCache.ops_of, time_plainly), since
+        # the recording mode times every op. The recorder holds no op's output, so the part's
+        # peak is the forward's own.
         record = kind is not None and modes.records(kind)
-        watch = CallWatch(original, args, kwargs, excluded, name, hand_on=True)
+        recorder = op_recorder(original, args, kwargs) if record else None
+        watch = CallWatch(original, args, kwargs, excluded, name, recorder, hand_on=True)
         snapshot = CallSnapshot(args, kwargs)  # the measuring runs below see the call's mappings
         if devices:
             self.running.device = next(iter(devices))
@@ -101,6 +102,7 @@ class StepRecorder:
         # Held through the region run, so that nothing it saved or returned could take
         # their addresses; the op-level runs below record no keys across calls.
         step.last_outputs = None
+        recorded = recorded_profile(recorder, out) if record else None
         ops = None if kind is None or record else modes.known(kind, measured.dispatched)
         if kind is not None and ops is None:
             # These runs only measure: the steps that follow the plan do not hold them.
@@ -108,10 +110,6 @@ class StepRecorder:
             aside = segments.aside() if segments is not None else contextlib.nullcontext()
             with aside, self.running.inside_block(), _PreservedState([module], devices):
                 again, again_kwargs = snapshot.replayed(args, kwargs)
-                recorded = None
-                if record and (room is None or sum(k[2] for k in measured.saved_keys) <= room):
-                    recorded = measuring_ops.record_ops(original, again, again_kwargs, excluded)
-                    again, again_kwargs = snapshot.replayed(args, kwargs)
                 ops = modes.ops_of(
                     kind, original, again, again_kwargs, excluded, measured, recorded, True, room
                 )
