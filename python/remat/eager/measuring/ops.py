@@ -386,11 +386,15 @@ class ModesCache:
                     self._kinds.setdefault(kind, found)
                     self._classes_worth[_classes_of(kind)] = False
                     return found
-                if room is not None and _key_bytes(measured.saved_keys) > room:
-                    return _unprofiled(measured, plain)
+                if room is not None and sum(k[2] for k in measured.saved_keys) > room:
+                    return OpProfile(
+                        (), -1, worth_it=False, dispatched=measured.dispatched, plain_seconds=plain
+                    )
                 recorded = record_ops(function, args, kwargs, excluded)
-            if room is not None and recorded.cached_bytes > room:
-                return _unprofiled(measured, plain)
+            if room is not None and recorded.cached_bytes > room:  # planned whole
+                return OpProfile(
+                    (), -1, worth_it=False, dispatched=measured.dispatched, plain_seconds=plain
+                )
             if time_plainly and plain is None and recorded.replays:
                 detached = _detached(args), _detached(kwargs)
                 plain = seconds = self._plain_forward(function, *detached, seconds, None)
@@ -399,15 +403,6 @@ class ModesCache:
         self._kinds.setdefault(kind, found)
         self._classes_worth[_classes_of(kind)] = found.worth_it and found.replays
         return found
-
-
-def _key_bytes(keys: Any) -> int:
-    return sum(key[2] for key in keys)
-
-
-def _unprofiled(measured: CallMeasurement, plain: float | None) -> "OpProfile":
-    """The profile of a layer whose ops were not profiled: planned as a block."""
-    return OpProfile((), -1, worth_it=False, dispatched=measured.dispatched, plain_seconds=plain)
 
 
 def _classes_of(kind: Any) -> Any:
