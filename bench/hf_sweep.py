@@ -120,7 +120,8 @@ def build(model_type: str, r: dict, shapes: tuple = ((2, 16),)) -> tuple | None:
             r.update(status="not-applicable", stage="plain-step", error=_err(e), tb=_tb(e))
     else:
         return None
-    r.pop("status", None), r.pop("stage", None), r.pop("error", None), r.pop("tb", None)
+    for failed in ("status", "stage", "error", "tb"):  # a shorter shape's plain step ran
+        r.pop(failed, None)
     r["shape"] = list(ids.shape)
     try:
         layers = rit.find_layers(model)

@@ -380,21 +380,15 @@ class ModesCache:
                     detached = _detached(args), _detached(kwargs)
                     plain = seconds = self._plain_forward(function, *detached, seconds, None)
                 if floor >= seconds:
-                    found = OpProfile(
-                        (), -1, worth_it=False, dispatched=measured.dispatched, plain_seconds=plain
-                    )
+                    found = _planned_whole(measured, plain)
                     self._kinds.setdefault(kind, found)
                     self._classes_worth[_classes_of(kind)] = False
                     return found
                 if room is not None and sum(k[2] for k in measured.saved_keys) > room:
-                    return OpProfile(
-                        (), -1, worth_it=False, dispatched=measured.dispatched, plain_seconds=plain
-                    )
+                    return _planned_whole(measured, plain)
                 recorded = record_ops(function, args, kwargs, excluded)
-            if room is not None and recorded.cached_bytes > room:  # planned whole
-                return OpProfile(
-                    (), -1, worth_it=False, dispatched=measured.dispatched, plain_seconds=plain
-                )
+            if room is not None and recorded.cached_bytes > room:
+                return _planned_whole(measured, plain)
             if time_plainly and plain is None and recorded.replays:
                 detached = _detached(args), _detached(kwargs)
                 plain = seconds = self._plain_forward(function, *detached, seconds, None)
@@ -403,6 +397,11 @@ class ModesCache:
         self._kinds.setdefault(kind, found)
         self._classes_worth[_classes_of(kind)] = found.worth_it and found.replays
         return found
+
+
+def _planned_whole(measured: CallMeasurement, plain: float | None) -> OpProfile:
+    """The profile of a layer given no selective options (its ops not profiled)."""
+    return OpProfile((), -1, worth_it=False, dispatched=measured.dispatched, plain_seconds=plain)
 
 
 def _classes_of(kind: Any) -> Any:
@@ -426,15 +425,12 @@ def _op_profile(recorders: Sequence[_OpRecorder], outputs: set[Key]) -> OpProfil
     mutated_later = {producer for written in recorder.mutates for producer in written}
     # The outputs are alive at the end: the last op to create their key made them (an earlier
     # one's storage under that key had died, its address taken again).
-    returned = {recorder.producer[key] for key in outputs if key in recorder.producer}
+    made_by = {key: recorder.producer[key] for key in outputs if key in recorder.producer}
+    returned = set(made_by.values())
     last_needed = recorder.dispatched_at_last_save - 1
     ops = []
     for index, name in enumerate(recorder.names):
-        created = recorder.created[index]
-        if index in returned:
-            created = {
-                key for key in created if recorder.producer.get(key) != index or key not in outputs
-            }
+        created = {key for key in recorder.created[index] if made_by.get(key) != index}
         why_not = ""
         if recorder.random[index]:
             why_not = "random"
