@@ -1,7 +1,7 @@
 """Random number generators besides torch's default ones, kept right under measuring and
-checkpointing: torch.Generator objects of the model's own (``torch.randn(..., generator=
-self.gen)``), and Python's and NumPy's global generators (a drop-path drawn with
-``random.random()``).
+checkpointing: generators a model keeps (``torch.randn(..., generator=self.gen)``, a
+``numpy.random.default_rng()``, ``random.Random()`` or NumPy ``RandomState`` held by a module),
+and Python's and NumPy's global generators (a drop-path drawn with ``random.random()``).
 
 torch.utils.checkpoint preserves the default CPU and CUDA generators around a re-run, not these.
 Here:
@@ -11,11 +11,12 @@ Here:
 - a checkpoint region's re-run in backward starts each from the state its forward found, so it
   draws the same numbers, and leaves it as it was before the re-run.
 
-A module's generators are its attributes that are generators, and those its calls were seen
-passing to ops while measured (a generator given as an argument, or reached through a global).
-One reached only through a global and never seen while measured is not known. The first step
-measures a block inside the region that trains it: a generator first seen there is noted by
-that region's replay before it draws (see note_draws).
+A module's generators are its attributes that are generators, and the torch generators its calls
+were seen passing to ops while measured (given as an argument, or reached through a global). A
+torch generator reached only through a global and never seen while measured is not known, nor
+is a host generator (NumPy's or Python's) reached other than as a module's attribute or the
+global one. The first step measures a block inside the region that trains it: a torch generator
+first seen there is noted by that region's replay before it draws (see note_draws).
 """
 
 from __future__ import annotations
@@ -43,15 +44,15 @@ class GeneratorLedger:
             weakref.WeakKeyDictionary()
         )
 
-    def of(self, modules: Iterable[nn.Module]) -> list[torch.Generator]:
-        found: dict[int, torch.Generator] = {}
-        known = _GENERATOR_TYPES  # every attribute of every submodule, at every call: kept lean
+    def of(self, modules: Iterable[nn.Module]) -> list[Any]:
+        found: dict[int, Any] = {}
+        known = _ACCESS  # every attribute of every submodule, at every call: kept lean
         for module in modules:
             for value in vars(module).values():
-                is_generator = known.get(type(value))
-                if is_generator is None:
-                    is_generator = _is_generator(value)
-                if is_generator:
+                access = known.get(type(value))
+                if access is None:
+                    access = _access_of(type(value))
+                if access:
                     found.setdefault(id(value), value)
             for generator in self._seen.get(module, ()):
                 found.setdefault(id(generator), generator)
@@ -66,17 +67,52 @@ class GeneratorLedger:
 
 LEDGER = GeneratorLedger()
 
-# By type: whether its values are generators. isinstance(v, torch.Generator) goes through a
-# Python metaclass check, and every attribute of every submodule is asked at every measuring run.
-_GENERATOR_TYPES: dict[type, bool] = {}
+# How a generator's state is read and set.
+_Access = tuple[Callable[[Any], Any], Callable[[Any, Any], None]]
+
+# By type: how its values' state is read and set, or () for a type that is no generator.
+# isinstance goes through a Python metaclass check, and every attribute of every submodule is
+# asked at every measuring run.
+_ACCESS: dict[type, _Access | tuple[()]] = {}
 
 
-def _is_generator(value: Any) -> bool:
-    kind = type(value)
-    found = _GENERATOR_TYPES.get(kind)
+def _access_of(kind: type) -> _Access | None:
+    found = _ACCESS.get(kind)
     if found is None:
-        found = _GENERATOR_TYPES[kind] = isinstance(value, torch.Generator)
-    return found
+        found = _ACCESS[kind] = _find_access(kind) or ()
+    return found or None
+
+
+def _find_access(kind: type) -> _Access | None:
+    if issubclass(kind, (torch.Generator, _HostGenerators)):
+        return (lambda g: g.get_state()), (lambda g, state: g.set_state(state))
+    if issubclass(kind, random.Random):
+        # SystemRandom draws from the operating system: it has no state to replay.
+        if issubclass(kind, random.SystemRandom):
+            return None
+        return (lambda g: g.getstate()), (lambda g, state: g.setstate(state))
+    numpy = sys.modules.get("numpy")  # a NumPy type exists only once NumPy is imported
+    if numpy is None:
+        return None
+    if issubclass(kind, numpy.random.RandomState):
+        return (lambda g: g.get_state()), (lambda g, state: g.set_state(state))
+    if issubclass(kind, numpy.random.Generator):
+        return _bit_generator_state, _set_bit_generator_state
+    if issubclass(kind, numpy.random.BitGenerator):
+        return (lambda g: g.state), _set_numpy_state
+    return None
+
+
+def _bit_generator_state(generator: Any) -> Any:
+    return generator.bit_generator.state
+
+
+def _set_bit_generator_state(generator: Any, state: Any) -> None:
+    generator.bit_generator.state = state
+
+
+def _set_numpy_state(bit_generator: Any, state: Any) -> None:
+    bit_generator.state = state
 
 
 # The scopes (_PreservedState) open now, innermost last: a generator first seen inside them is
@@ -101,13 +137,21 @@ _HOST = _HostGenerators()
 
 
 def _state(generator: Any) -> Any:
+    get, _ = _access(generator)
     with _disable_current_modes():
-        return generator.get_state()
+        return get(generator)
 
 
 def _set_state(generator: Any, state: Any) -> None:
+    _, put = _access(generator)
     with _disable_current_modes():
-        generator.set_state(state)
+        put(generator, state)
+
+
+def _access(generator: Any) -> _Access:
+    access = _access_of(type(generator))
+    assert access is not None, f"{type(generator).__name__} is no generator"
+    return access
 
 
 class GeneratorStates:
@@ -230,6 +274,8 @@ def _same_state(a: Any, b: Any) -> bool:
     except (ValueError, RuntimeError):  # containers of arrays or tensors
         if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)) and len(a) == len(b):
             return all(_same_state(x, y) for x, y in zip(a, b))
+        if isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
+            return all(_same_state(a[key], b[key]) for key in a)
         numpy = sys.modules.get("numpy")
         if numpy is not None and isinstance(a, numpy.ndarray):
             return isinstance(b, numpy.ndarray) and bool(numpy.array_equal(a, b))
