@@ -11,7 +11,9 @@ as storages) and derives the chain from what was seen:
   (the residual stream after the model's own code ran);
 - what a call saves beyond its inputs and that activation is its own saved bytes;
 - the last call's outputs are held until backward reaches the model's code after the blocks, as
-  a final norm or a head keeps them (`Profile.output_held`).
+  a final norm or a head keeps them (`Profile.output_held`), except those the model's code had
+  dropped when its forward returned (GPT-Neo's loop drops the attention weights each block
+  returns);
 
 - so are a call's outputs that the model's code between calls saves for its backward (T5's
   encoder norm saves the last encoder block's output, a downsampling conv the previous stage's):
@@ -110,7 +112,10 @@ def _shared(calls: list[RecordedCall]) -> set[Key]:
 
 
 def _boundaries(
-    calls: list[RecordedCall], held_outside: frozenset[tuple[int, Key]], shared: set[Key]
+    calls: list[RecordedCall],
+    held_outside: frozenset[tuple[int, Key]],
+    shared: set[Key],
+    dropped: frozenset[Key] = frozenset(),
 ) -> list[_Boundary]:
     inputs = [c.input_keys for c in calls]
     taken_before: set[Key] = set()
@@ -120,7 +125,7 @@ def _boundaries(
         if k + 1 < len(calls):
             boundary = set(inputs[k + 1]) - shared - taken_before
         else:
-            boundary = set(call.output_keys) - shared
+            boundary = set(call.output_keys) - shared - dropped
         # An output the model's own code saves (T5's encoder norm, a downsampling conv between
         # stages) stays in memory, region or not, until that code's backward.
         outside = {key for key in call.output_keys if (k, key) in held_outside} - shared
@@ -198,14 +203,17 @@ def chain_profile(
     calls: list[RecordedCall],
     region_overhead: float,
     held_outside: frozenset[tuple[int, Key]] = frozenset(),
+    dropped: frozenset[Key] = frozenset(),
 ) -> Profile:
     """The per-call chain of a measured step (see the module's docstring). `held_outside`: the
     block outputs the model's code outside the blocks saved for backward in that step, as
-    (call position, storage key)."""
+    (call position, storage key). `dropped`: the last call's outputs that no longer lived when
+    the model's forward returned (GPT-Neo's attention weights, which its loop drops). They are
+    no activation of a region's; a block that saves them counts them among its saves."""
     if not calls:
         raise ValueError("blocks: none of the blocks was called in the model's forward")
     shared = _shared(calls)
-    boundaries = _boundaries(calls, held_outside, shared)
+    boundaries = _boundaries(calls, held_outside, shared, dropped)
     names: dict[str, int] = {}
     layers = []
     selective_layers = []

@@ -38,7 +38,9 @@ def step_profile(step: _Step, overhead: float) -> tuple[Profile, Calls]:
     (each with the positions of its arguments a region may move to the host)."""
     step.last_outputs = None
     held = frozenset(step.outside.keys) if step.outside is not None else frozenset()
-    profile = chain_profile(step.calls, overhead, held)
+    dropped = frozenset(key for key, storage in step.last_output_storages if storage.expired())
+    step.last_output_storages = []
+    profile = chain_profile(step.calls, overhead, held, dropped)
     calls = tuple(
         (c.module, c.signature, moved)
         for c, moved in zip(step.calls, moved_input_positions(step.calls, held))

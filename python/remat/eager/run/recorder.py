@@ -10,8 +10,9 @@ from typing import Any, Callable
 
 import torch
 from torch import nn
+from torch.multiprocessing.reductions import StorageWeakRef
 
-from ...saved_memory import is_persistent, storage_key
+from ...saved_memory import is_persistent, storage_key, storage_of
 from .._runtime import _PreservedState, _synchronize, _tensors, clock
 from ..measuring.blocks import RecordedCall
 from ..measuring.calls import CallWatch
@@ -126,9 +127,12 @@ class StepRecorder:
         step.calls.append(
             RecordedCall.of(module, name, signature, measured, ops, input_order=arguments)
         )
+        outputs = [t for t in _tensors(out) if not is_persistent(t, excluded)]
         if step.outside is not None:
-            outputs = (t for t in _tensors(out) if not is_persistent(t, excluded))
             step.outside.note_outputs(len(step.calls) - 1, outputs)
+        step.last_output_storages = [
+            (storage_key(t), StorageWeakRef(storage_of(t))) for t in outputs
+        ]
         if segments is not None:
             segments.mark(("after", call))
             segments.watch_backward(call, _tensors((args, kwargs)), _tensors(out))

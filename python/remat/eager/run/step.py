@@ -44,6 +44,12 @@ class _Step:
     # While measuring, the last block's real outputs are held until the next call has read its
     # inputs, so that no new tensor can take their address (storage keys stay unique).
     last_outputs: Any = None
+    # While measuring: the last block call's output storages, by key. Those that the model's
+    # code drops before its forward returns (GPT-Neo's attention weights) are not what the
+    # call passes on (see chain_profile's `dropped`).
+    last_output_storages: list[tuple[tuple[str, int, int], StorageWeakRef]] = field(
+        default_factory=list
+    )
     # Per block call run as a region: its name and its tensor inputs with their versions.
     region_inputs: list[tuple[str, list[tuple[torch.Tensor, int]]]] = field(default_factory=list)
     chain_calls: int = 0  # calls of a stock nn.Sequential chain in this step
