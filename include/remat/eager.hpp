@@ -126,6 +126,10 @@ struct StepPart {
   StepPartKind kind = StepPartKind::pre;
   std::int64_t call = 0;          // the layer (unused for pre and done)
   std::int64_t beside_bytes = 0;  // the part's measured peak beyond the start and activations
+  // A forward part's peak as a region that lets its saves go, beyond the start and what the step
+  // held before the call; -1 where not measured (on CUDA). A layer whose forward runs in a region
+  // that re-runs whole is predicted by the lower of the two.
+  std::int64_t region_beside_bytes = -1;
   bool operator==(const StepPart&) const = default;
 };
 

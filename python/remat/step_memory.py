@@ -136,6 +136,12 @@ class _LiveStorages(TorchDispatchMode):
         self._alive: dict[int, tuple[int, Any]] = {}
         self.current = 0
         self.peak = 0
+        # Storages that count on after their release, until end_kept(): what a block saved
+        # for backward, which a checkpoint region's forward lets go as soon as the block's code
+        # drops it. `kept_peak` is the peak with them counted, as the block kept would hold.
+        self._kept: set[int] = set()
+        self.kept_bytes = 0
+        self.kept_peak = 0
         self.counting = True  # False: passes ops through (releases are still counted)
         self.saw_inductor = False  # it ran an Inductor graph whose buffers it could not see
 
@@ -174,6 +180,7 @@ class _LiveStorages(TorchDispatchMode):
         self._alive[storage._cdata] = (size, entry[1])
         self.current += size - entry[0]
         self.peak = max(self.peak, self.current)
+        self.kept_peak = max(self.kept_peak, self.current + self.kept_bytes)
 
     def hold(self, storage: torch.UntypedStorage, device_type: str) -> None:
         if device_type != self._device_type:
@@ -186,6 +193,21 @@ class _LiveStorages(TorchDispatchMode):
         self._alive[key] = (size, reference)
         self.current += size
         self.peak = max(self.peak, self.current)
+        self.kept_peak = max(self.kept_peak, self.current + self.kept_bytes)
+
+    def keep_counting(self, storage: torch.UntypedStorage) -> None:
+        """`storage`, if counted, counts in `kept_peak` after its release, until end_kept()."""
+        if storage._cdata in self._alive:
+            self._kept.add(storage._cdata)
+
+    def end_kept(self) -> None:
+        self._kept.clear()
+        self.kept_bytes = 0
+
+    def reset_peaks(self) -> None:
+        """The peaks start again from what is held now."""
+        self.peak = self.current
+        self.kept_peak = self.current + self.kept_bytes
 
     def hold_all(self, objects: tuple[Any, ...]) -> None:
         """Holds the storages of what a step holds before it starts (see _held_tensors)."""
@@ -204,6 +226,9 @@ class _LiveStorages(TorchDispatchMode):
         entry = self._alive.pop(key, None)
         if entry is not None:
             self.current -= entry[0]
+            if key in self._kept:
+                self._kept.discard(key)
+                self.kept_bytes += entry[0]
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         if any(_is_dtensor_type(kind) for kind in types):

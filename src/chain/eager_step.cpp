@@ -5,7 +5,9 @@
 // and that plan's activations there. For another plan, each part holds the start, those bytes,
 // the plan's own activations in the part, and the margin:
 //   forward i:   the input and the layers before i as the plan holds them, plus layer i working
-//                (its saved bytes and output);
+//                (its saved bytes and output); inside a region that re-runs whole, where the
+//                part was measured as a region, at most what the layers before the region hold
+//                and i's input when the region made it, plus that figure;
 //   after i:     what the layers up to i hold once their forward is done;
 //   backward i:  the layers before i's outermost region as held, plus every layer of that region
 //                from its first to i working (re-run, or kept);
@@ -70,7 +72,7 @@ std::vector<std::int64_t> held_after_forward(const Profile& profile,
 class Activations {
  public:
   Activations(const Profile& profile, const std::vector<Region>& regions)
-      : layers_(profile.layers), first_(profile.layers.size()) {
+      : layers_(profile.layers), first_(profile.layers.size()), whole_(profile.layers.size()) {
     before_.push_back(profile.input_bytes);
     for (const std::int64_t bytes : held_after_forward(profile, regions)) {
       before_.push_back(before_.back() + bytes);
@@ -78,9 +80,25 @@ class Activations {
     for (std::size_t i = 0; i < first_.size(); ++i) first_[i] = static_cast<std::int64_t>(i);
     for (const Region& r : regions) {
       if (r.depth != 0) continue;
-      for (std::int64_t i = r.first; i <= r.last; ++i)
+      for (std::int64_t i = r.first; i <= r.last; ++i) {
         first_[static_cast<std::size_t>(i)] = r.first;
+        whole_[static_cast<std::size_t>(i)] = true;
+      }
     }
+    // A selective region holds ops of its layer's.
+    for (const Region& r : regions) {
+      if (r.option >= 0) whole_[static_cast<std::size_t>(r.first)] = false;
+    }
+  }
+
+  // Layer `call`'s activations in its forward inside a region that re-runs whole: what the layers
+  // before the region hold, and its input when a layer of the region made it. None: not in one.
+  std::optional<std::int64_t> region_forward(std::int64_t call) const {
+    const auto i = static_cast<std::size_t>(call);
+    if (!whole_[i]) return std::nullopt;
+    const std::int64_t first = first_[i];
+    const std::int64_t made_inside = call > first ? layers_[i - 1].output_bytes : 0;
+    return before_[static_cast<std::size_t>(first)] + made_inside;
   }
 
   std::int64_t operator()(const StepPart& part) const {
@@ -117,6 +135,7 @@ class Activations {
   const std::vector<Layer>& layers_;
   std::vector<std::int64_t> before_;  // [i]: the input and what layers < i hold
   std::vector<std::int64_t> first_;   // [i]: the first layer of i's outermost region (or i)
+  std::vector<bool> whole_;           // [i]: i runs in a region that re-runs whole
 };
 
 StepPeakAt where(const StepPart& part, std::int64_t head_call) {
@@ -181,6 +200,12 @@ void validate(const Profile& profile, const StepFigures& figures) {
   for (std::size_t i = 0; i < figures.parts.size(); ++i) {
     const StepPart& part = figures.parts[i];
     bytes(part.beside_bytes, "step.parts", i);
+    if (part.region_beside_bytes != -1) {
+      bytes(part.region_beside_bytes, "step.parts", i);
+      if (part.kind != StepPartKind::forward) {
+        throw InputError("step.parts", i, "region_beside_bytes is for forward parts only");
+      }
+    }
     if (has_call(part.kind) && (part.call < 0 || part.call >= layers)) {
       throw InputError("step.parts", i,
                        "call " + text::integer(part.call) +
@@ -199,8 +224,15 @@ StepPeak predict_step(const Profile& profile, const std::vector<Region>& regions
   }
   StepPeak peak{std::max(figures.outside_bytes, figures.start_bytes), StepPeakAt::outside};
   for (const StepPart& part : figures.parts) {
-    const std::int64_t held =
+    std::int64_t held =
         figures.start_bytes + part.beside_bytes + activations(part) + figures.margin_bytes;
+    if (part.region_beside_bytes >= 0) {
+      if (const auto in_region = activations.region_forward(part.call)) {
+        // Both bound it: the region lets go of what it saves.
+        held = std::min(held, figures.start_bytes + part.region_beside_bytes + *in_region +
+                                  figures.margin_bytes);
+      }
+    }
     if (held > peak.peak_bytes) peak = {held, where(part, head_call)};
   }
   return peak;

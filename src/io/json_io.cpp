@@ -395,6 +395,13 @@ eager::StepFigures read_step(const json& step) {
       if (!part.contains("call")) throw InputError("step.parts", i, "call is missing");
       parsed.call = whole_count(part["call"], "step.parts", i, "call", "");
     }
+    if (part.contains("region_beside_bytes")) {
+      if (parsed.kind != eager::StepPartKind::forward) {
+        throw InputError("step.parts", i, "region_beside_bytes is for forward parts only");
+      }
+      parsed.region_beside_bytes =
+          byte_count(part["region_beside_bytes"], "step.parts", i, "region_beside_bytes");
+    }
     figures.parts.push_back(parsed);
   }
   return figures;

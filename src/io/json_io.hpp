@@ -34,7 +34,8 @@ chain::ChainProfile read_profile(std::string_view text);
 eager::Profile read_eager_profile(std::string_view text);
 
 // An eager profile with the figures of a measured training step, when it has them ("step":
-// {"start_bytes", "outside_bytes", "margin_bytes", "parts": [{"part", "call", "beside_bytes"}]},
+// {"start_bytes", "outside_bytes", "margin_bytes", "parts": [{"part", "call", "beside_bytes",
+// "region_beside_bytes"}]},
 // as remat.torch's Measurement.to_json() writes it): what plans to the step's peak.
 struct EagerInput {
   eager::Profile profile;

@@ -247,12 +247,18 @@ def _random_case(rng):
         parts += [(("backward", i), rng.randint(0, 4000)), (("before", i), rng.randint(0, 4000))]
     parts.append((("done",), rng.randint(0, 4000)))
     start = rng.randint(0, 10**5)
+    regions = [
+        (part, rng.randint(0, 12000))
+        for part, _ in parts
+        if part[0] == "forward" and rng.random() < 0.7
+    ]
     figures = StepFigures(
         start_bytes=start,
         outside_bytes=start + rng.randint(0, 20000),
         beside=tuple(parts),
         measured_peak_bytes=0,
         margin_bytes=rng.choice([0, rng.randint(0, 500)]),
+        region_beside=tuple(regions),
     )
     profile = rt.Profile.from_json(
         json.dumps({"input_bytes": rng.randint(0, 3000), "layers": layers})
@@ -316,6 +322,18 @@ def test_step_budget_errors_name_the_option_and_the_part(run):
     code, out, err = run("eager", "-", "--budget", "1GiB", stdin=json.dumps(data))
     assert code == 2 and err.startswith(
         "error: step.parts[1]: call 8 is not a layer of the profile"
+    )
+    data["step"]["parts"][1] = {"part": "after", "call": 0, "beside_bytes": 1}
+    data["step"]["parts"][1]["region_beside_bytes"] = 5
+    code, out, err = run("eager", "-", "--budget", "1GiB", stdin=json.dumps(data))
+    assert code == 2 and err.startswith(
+        "error: step.parts[1]: region_beside_bytes is for forward parts only"
+    )
+    data["step"]["parts"][1] = {"part": "forward", "call": 0, "beside_bytes": 1}
+    data["step"]["parts"][1]["region_beside_bytes"] = -3
+    code, out, err = run("eager", "-", "--budget", "1GiB", stdin=json.dumps(data))
+    assert code == 2 and err.startswith(
+        "error: step.parts[1]: region_beside_bytes must be a whole number of bytes"
     )
     data["step"]["parts"][1] = {"part": "sideways", "call": 0, "beside_bytes": 1}
     code, out, err = run("eager", "-", "--budget", "1GiB", stdin=json.dumps(data))

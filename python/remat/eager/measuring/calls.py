@@ -16,8 +16,15 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
-from ...saved_memory import is_parameter_cast, is_persistent, storage_key, top_save_hooks
+from ...saved_memory import (
+    is_parameter_cast,
+    is_persistent,
+    storage_key,
+    storage_of,
+    top_save_hooks,
+)
 from .._runtime import _detached, _modules_of, _storage_bytes, _synchronize, _tensors, clock
 from ..generators import GeneratorWatch
 from ..mutation import argument_states, check_unchanged
@@ -82,31 +89,61 @@ class SaveRecorder:
 
     `hand_on`: each save goes on to the saved-tensor hooks active on entry (a checkpoint's,
     whose forward this runs in), which keep what backward needs. Otherwise the graph is never
-    back-propagated and nothing is kept for it (see _NotKept)."""
+    back-propagated and nothing is kept for it (see _NotKept).
+
+    `kept_count` (with hand_on; a step's CPU count, StepSegments.kept_count): the saves are
+    not held, so the region's forward holds what it will hold in training, and the count
+    keeps their bytes in its kept peak instead. A saved storage that dies leaves its address
+    to later tensors: its key is renamed (see _bury), so that keys stay one per storage."""
 
     def __init__(
         self,
         excluded: set[tuple[str, int, int]],
         on_save: Callable[[], None] | None = None,
         hand_on: bool = False,
+        kept_count: Any = None,
     ) -> None:
         self.keys: set[tuple[str, int, int]] = set()
         self.casts: set[tuple[str, int, int]] = set()  # of parameters (is_parameter_cast)
         self._excluded = excluded
         self._on_save = on_save
         self._hand_on = hand_on
+        self._kept_count = kept_count if hand_on else None
         self._alive: list[torch.Tensor] = []
+        self._saved: dict[tuple[str, int, int], StorageWeakRef] = {}  # with kept_count
+        self._buried = 0
         self._hooks: Any = None
         self.pack: Any = None  # the pack hook pushed, while active
 
     def _note(self, tensor: torch.Tensor) -> None:
         if self._on_save is not None:
             self._on_save()
-        if not is_persistent(tensor, self._excluded):
-            self.keys.add(storage_key(tensor))
-            if is_parameter_cast(tensor):
-                self.casts.add(storage_key(tensor))
+        if is_persistent(tensor, self._excluded):
+            return
+        key = storage_key(tensor)
+        if self._kept_count is None:
             self._alive.append(tensor)
+        else:
+            known = self._saved.get(key)
+            if known is not None and known.expired():
+                self._bury(key)
+            if key not in self._saved:
+                storage = storage_of(tensor)
+                self._saved[key] = StorageWeakRef(storage)
+                self._kept_count.keep_counting(storage)
+        self.keys.add(key)
+        if is_parameter_cast(tensor):
+            self.casts.add(key)
+
+    def _bury(self, key: tuple[str, int, int]) -> None:
+        """The storage saved under `key` has died: its key becomes one no live storage has."""
+        self._buried += 1
+        buried = (f"{key[0]} (freed {self._buried})", key[1], key[2])
+        for keys in (self.keys, self.casts):
+            if key in keys:
+                keys.discard(key)
+                keys.add(buried)
+        del self._saved[key]
 
     def _pack(self, tensor: torch.Tensor) -> Any:
         self._note(tensor)
@@ -138,6 +175,11 @@ class SaveRecorder:
         self._hooks.__exit__(*exc)
         self._hooks = None
         self._alive.clear()
+        if self._kept_count is not None:
+            for key in [k for k, storage in self._saved.items() if storage.expired()]:
+                self._bury(key)
+            self._saved.clear()
+            self._kept_count.end_kept()
         # The hand-on pack closes over this object and the checkpoint's pack hook, which holds
         # its frame: a reference cycle that kept every measured region's saved inputs alive
         # until Python's collector ran, not until the block's backward freed them.
@@ -213,6 +255,7 @@ class CallWatch:
         name: str | None = None,
         recorder: Any = None,
         hand_on: bool = False,
+        kept_count: Any = None,
     ) -> None:
         self._function, self._args, self._kwargs = function, args, kwargs
         self._excluded = excluded
@@ -221,7 +264,7 @@ class CallWatch:
         self._versions = [(t, t._version) for t in _tensors((args, kwargs))]
         self._watch = GeneratorWatch(_modules_of(function)) if recorder is None else recorder
         on_save = None if recorder is None else recorder.note_save
-        self._saved = SaveRecorder(excluded, on_save, hand_on)
+        self._saved = SaveRecorder(excluded, on_save, hand_on, kept_count)
         self._grad = torch.enable_grad()
 
     def __enter__(self) -> "CallWatch":

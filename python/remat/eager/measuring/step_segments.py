@@ -48,6 +48,13 @@ class StepRecord:
     parts: tuple[tuple[Part, int], ...]
     saw_inductor: bool = False  # the CPU count missed an Inductor graph's buffers
     aside_bytes: int = 0  # the peak of the runs that only measured (see StepSegments.aside)
+    # Per part where a block's region let go of what it saved (see StepSegments.kept_count):
+    # its peak had the block held its saves, as a block run without a region does. Parts not
+    # here held their saves, or saved nothing they let go.
+    kept_parts: tuple[tuple[Part, int], ...] = ()
+    # Whether the regions' forwards let go of their saves (counted on the CPU): a forward
+    # part's peak is then a region's, and kept_parts the block's held whole.
+    regions_let_go: bool = False
 
     @property
     def peak_bytes(self) -> int:
@@ -88,6 +95,8 @@ class StepSegments:
         self._allocator = False  # measured by CUDA's allocator (else by counting storages)
         self._aside_bytes = 0
         self._part_floor = 0  # CUDA: the part's peak before an aside run reset the statistic
+        self._kept_parts: list[tuple[Part, int]] = []
+        self._let_go = False  # some region let go of its saves (see kept_count)
 
     def begin(self) -> None:
         # An estimated step's CUDA tensors are fake: the allocator sees none, storages count.
@@ -114,8 +123,10 @@ class StepSegments:
             self._part_floor = 0
         else:
             assert self._mode is not None
-            peak = self._mode.peak
-            self._mode.peak = self._mode.current
+            peak, kept = self._mode.peak, self._mode.kept_peak
+            self._mode.reset_peaks()
+            if kept > peak:
+                self._kept_parts.append((self._part, kept))
         self._parts.append((self._part, peak))
 
     def mark(self, part: Part) -> None:
@@ -191,6 +202,23 @@ class StepSegments:
         finally:
             self._mode.counting = counting
 
+    def kept_count(self) -> _LiveStorages | None:
+        """The CPU count, to which a block's measured region hands what it saves
+        (keep_counting) instead of holding it, and ends with end_kept(): the part's peak is the
+        region's and its kept peak the block's held whole. None on CUDA, whose allocator can
+        give one peak only: there the measured region holds its saves to its end, and a forward
+        part's peak is the block's held whole (a region's is planned no lower)."""
+        if self._mode is None or not self.open:
+            return None
+        self._let_go = True
+        return self._mode
+
+    def kept_part_peak_bytes(self) -> int:
+        """The part's peak so far had the block under way held what it saved."""
+        if self._mode is None:
+            return self.part_peak_bytes()
+        return max(self._mode.peak, self._mode.kept_peak)
+
     def held_bytes(self) -> int:
         """What the step holds now."""
         if self._allocator:
@@ -222,7 +250,7 @@ class StepSegments:
             before = reset_cuda_peak(self.device)
         else:
             assert self._mode is not None
-            before = self._mode.peak
+            before, kept_before = self._mode.peak, self._mode.kept_peak
         try:
             yield
         finally:
@@ -234,6 +262,7 @@ class StepSegments:
                 assert self._mode is not None
                 peak, after = self._mode.peak, self._mode.current
                 self._mode.peak = max(before, after)
+                self._mode.kept_peak = max(kept_before, after + self._mode.kept_bytes)
             self._aside_bytes = max(self._aside_bytes, peak)
 
     def leave(self) -> None:
@@ -251,7 +280,14 @@ class StepSegments:
         if all(part != ("optimizer",) for part, _ in parts):
             parts = [(part, peak) for part, peak in parts if part != ("done",)]
         saw_inductor = self._mode is not None and self._mode.saw_inductor
-        return StepRecord(self.start_bytes, tuple(parts), saw_inductor, self._aside_bytes)
+        return StepRecord(
+            self.start_bytes,
+            tuple(parts),
+            saw_inductor,
+            self._aside_bytes,
+            tuple(self._kept_parts),
+            self._let_go,
+        )
 
 
 def _entries(mode: Any) -> int:

@@ -13,6 +13,10 @@ measured step, read part by part (measuring/step_segments.py), gives three figur
   held then; a plan holds its own held-at-end-of-forward bytes there;
 - blocks: the largest peak in a block's forward or backward (or between blocks), less a lower
   bound of the blocks' activations at that time; a plan holds at most its predicted peak.
+  A block's forward is figured twice where the step was counted on the CPU: held whole (its
+  saves and output, as a block the plan keeps holds them) and as the region the measuring step
+  ran (which lets its saves go as the block's code drops them); a plan's block inside a region
+  that re-runs whole is predicted by the lower of the two.
 
 The last two are counted from the bytes held at the step's start, so that a later step that
 begins with more (the optimizer's state, created by the first optimizer step) is planned with
@@ -49,6 +53,9 @@ class StepFigures:
     # The measured step's peak without its runs that only profiled ops, which a first step
     # under a budget makes only where they fit (StepSegments.room_bytes); None: the same.
     unprofiled_peak_bytes: int | None = None
+    # Per block forward part, as a region that lets its saves go: its peak beyond the step's
+    # start and what the step held before the call (empty: not measured so, as on CUDA).
+    region_beside: tuple[tuple[Part, int], ...] = ()
 
     def first_step_least_bytes(self, profiling_fits_budget: bool) -> int:
         """The least budget a measuring step holds: with its profiling runs, unless a step
@@ -71,10 +78,28 @@ class _Activations:
         for bytes_ in held:
             self._before.append(self._before[-1] + bytes_)
         self._first = list(range(len(held)))  # [i]: the first layer of i's outer region
+        # Layers whose forward runs in a region that re-runs whole: no selective region holds
+        # ops of theirs, nor does an offload plan move what they take.
+        self._whole: set[int] = set()
+        options = list(plan.options) + [-1] * (len(plan.regions) - len(plan.options))
+        selective = {first for (first, _, _), option in zip(plan.regions, options) if option >= 0}
         for first, last, depth in plan.regions:
             if depth == 0:
                 for layer in range(first, last + 1):
                     self._first[layer] = first
+                    if plan.offload is None:
+                        self._whole.add(layer)
+        self._whole -= selective
+
+    def region_forward(self, call: int) -> int | None:
+        """Layer `call`'s activations in its forward inside a region that re-runs whole: what
+        the layers before the region hold, and its input when a layer of the region made it
+        (the region's forward holds nothing else of theirs). None: not in such a region."""
+        if call not in self._whole:
+            return None
+        first = self._first[call]
+        made_inside = self._layers[call - 1].output_bytes if call > first else 0
+        return self._before[first] + made_inside
 
     def _working(self, first: int, last: int) -> int:
         """Layers first..last with their saved bytes and outputs (kept or re-run)."""
@@ -120,30 +145,42 @@ def figures_of(record: StepRecord, profile: Profile) -> StepFigures:
     measured = _Activations(_every_call_a_region(profile))
     calls = len(profile.layers)
     outside = record.start_bytes
-    beside = []
+    beside, region = [], []
+    kept = dict(record.kept_parts)
     for part, peak in record.parts:
         if _outside(part, calls):
             outside = max(outside, peak)
-        else:
-            beside.append((part, max(peak - record.start_bytes - measured(part), 0)))
+            continue
+        held_whole = kept.get(part, peak)
+        beside.append((part, max(held_whole - record.start_bytes - measured(part), 0)))
+        base = measured.region_forward(part[1]) if part[0] == "forward" else None
+        if record.regions_let_go and base is not None:
+            region.append((part, max(peak - record.start_bytes - base, 0)))
     return StepFigures(
         record.start_bytes,
         outside,
         tuple(beside),
         record.peak_bytes,
         unprofiled_peak_bytes=record.unprofiled_peak_bytes,
+        region_beside=tuple(region),
     )
 
 
 def figures_json(figures: StepFigures) -> dict[str, Any]:
     """The figures as `remat eager` reads them (a profile's "step"), for a step that begins
     holding ``figures.start_bytes``."""
+    regions = dict(figures.region_beside)
     return {
         "start_bytes": figures.start_bytes,
         "outside_bytes": figures.outside_bytes,
         "margin_bytes": figures.margin_bytes,
         "parts": [
-            {"part": part[0], **({"call": part[1]} if len(part) > 1 else {}), "beside_bytes": b}
+            {
+                "part": part[0],
+                **({"call": part[1]} if len(part) > 1 else {}),
+                "beside_bytes": b,
+                **({"region_beside_bytes": regions[part]} if part in regions else {}),
+            }
             for part, b in figures.beside
         ],
     }
@@ -162,9 +199,13 @@ def predicted_step(
     margin = figures.margin_bytes
     activations = _Activations(plan)
     calls = len(plan.profile.layers)
+    regions = dict(figures.region_beside)
     peak, at = max(figures.outside_bytes, start_bytes), None
     for part, beside in figures.beside:
         held = start_bytes + beside + activations(part) + margin
+        in_region = activations.region_forward(part[1]) if part in regions else None
+        if in_region is not None:  # both bound it: the region lets go of what it saves
+            held = min(held, start_bytes + regions[part] + in_region + margin)
         if held > peak:
             peak, at = held, part
     head = next((b for p, b in figures.beside if p == ("after", calls - 1)), 0)
@@ -213,12 +254,16 @@ def agree_on_figures(
     for each in found:
         for part, bytes_ in each.beside:
             beside[part] = max(beside.get(part, 0), bytes_)
+    # A region's figure where every rank has one.
+    regions = [dict(f.region_beside) for f in found]
+    region = {p: max(r[p] for r in regions) for p in regions[0] if all(p in r for r in regions)}
     agreed = StepFigures(
         start_bytes=max(f.start_bytes for f in found),
         outside_bytes=max(f.outside_bytes for f in found),
         beside=tuple(beside.items()),
         measured_peak_bytes=max(f.measured_peak_bytes for f in found),
         margin_bytes=max(f.margin_bytes for f in found),
+        region_beside=tuple(region.items()),
     )  # ranks planning together profile every block: no unprofiled figure
     return agreed, start, budget
 

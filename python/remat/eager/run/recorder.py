@@ -84,12 +84,17 @@ class StepRecorder:
         # peak is the forward's own.
         record = kind is not None and modes.records(kind)
         recorder = op_recorder(original, args, kwargs) if record else None
-        watch = CallWatch(original, args, kwargs, excluded, name, recorder, hand_on=True)
+        segments = self.segments()
+        # Counted on the CPU, the region lets go of what the block saves, as it will in
+        # training: the part's peak is the region's, and the count's kept peak the block's.
+        kept_count = segments.kept_count() if segments is not None else None
+        watch = CallWatch(
+            original, args, kwargs, excluded, name, recorder, hand_on=True, kept_count=kept_count
+        )
         snapshot = CallSnapshot(args, kwargs)  # the measuring runs below see the call's mappings
         if devices:
             self.running.device = next(iter(devices))
         call = len(step.calls)
-        segments = self.segments()
         held_before = 0
         if segments is not None:
             segments.mark(("forward", call))
@@ -144,10 +149,11 @@ def _room_to_profile(
     segments: StepSegments | None, held_before: int, modes: ModesCache
 ) -> int | None:
     """What the step's budget leaves the runs that profile a block's ops, beyond the block's
-    working set as its measured forward (which began holding `held_before`) showed it. None:
-    no bound (no budget; or ranks planning together, which must run the same forwards)."""
+    working set as its measured forward (which began holding `held_before`) showed it, its saves
+    held (as the profiling runs hold them). None: no bound (no budget; or ranks planning
+    together, which must run the same forwards)."""
     room = None if segments is None or not modes.shortcuts else segments.room_bytes()
     if room is None:
         return None
     assert segments is not None
-    return room - (segments.part_peak_bytes() - held_before)
+    return room - (segments.kept_part_peak_bytes() - held_before)
