@@ -179,7 +179,9 @@ def test_an_int_argument_that_changes_what_a_block_saves_is_not_planned_past():
     at_one = rt.measure(model, x, 1, verbose=False)
     least_at_eight = rt.measure(model, x, 8, verbose=False).least_activation_budget_bytes
     budget = (at_one.least_activation_budget_bytes + at_one.no_checkpoint_bytes) // 2
-    handle = rt.auto_checkpoint(model, activation_budget=budget)
+    # Whole blocks: with op-level options, whether some block runs plain depends on op timings
+    # (on a loaded machine every block got a selective region).
+    handle = rt.auto_checkpoint(model, activation_budget=budget, granularity="block")
     model(x, 1).sum().backward()  # measures and plans
     plain(x, 1).sum().backward()
     assert handle.plan.regions and len(handle.plan.regions) < 4  # some blocks run plain

@@ -282,6 +282,31 @@ def test_profile_leaves_rng_and_batchnorm_statistics_alone():
     assert all(torch.equal(a, b) for a, b in zip(model.buffers(), buffers))
 
 
+def test_measure_leaves_what_a_forward_keeps_on_its_modules():
+    # measure() runs the step on the user's model: a recurrent state kept on a module
+    # (truncated backprop through time) was left set, and training after it differed.
+    from zoo.shapes import RouterModel
+
+    class Carried(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.routers = RouterModel()
+            self.state = None
+
+        def forward(self, x):
+            x = x if self.state is None else x + self.state
+            out = self.routers(x)
+            self.state = out.detach()
+            return out
+
+    torch.manual_seed(0)
+    model = Carried()
+    rt.measure(model, torch.randn(16, 32), optimizer=torch.optim.SGD(model.parameters()))
+    assert model.state is None
+    assert not hasattr(model.routers.blocks[0], "aux_loss")
+    assert all(block.routed == [] for block in model.routers.blocks)
+
+
 def test_plan_table_is_readable():
     model, blocks, x = build("mlp")
     _, least, everything = chain_budgets(model, blocks, x)

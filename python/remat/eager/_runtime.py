@@ -247,16 +247,52 @@ def _buffer_entries(owners: Iterable[nn.Module]) -> list[tuple[nn.Module, str, t
     return [(m, name, b) for m in owners for name, b in m._buffers.items() if b is not None]
 
 
+# What nn.Module keeps in a module's __dict__ (parameters, buffers, submodules, hooks): not put
+# back by _PreservedState, which puts back what the model's own code keeps there.
+_MODULE_INTERNALS = frozenset(vars(nn.Module()))
+
+
+class _Attributes:
+    """A module's own attributes (not nn.Module's internals) as they are, and the contents of
+    the lists and dicts among them: a forward that keeps state on its module (an MoE router's
+    `self.aux_loss`, a cache, a counter) leaves it as it found it once put back."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self._module = module
+        self._values = {k: v for k, v in vars(module).items() if k not in _MODULE_INTERNALS}
+        self._contents = [
+            (v, list(v) if isinstance(v, list) else dict(v))
+            for v in self._values.values()
+            if type(v) in (list, dict)
+        ]
+
+    def put_back(self) -> None:
+        attributes = vars(self._module)
+        for name in [k for k in attributes if k not in _MODULE_INTERNALS]:
+            if name not in self._values:
+                del attributes[name]
+        attributes.update(self._values)
+        for container, contents in self._contents:
+            if isinstance(container, list):
+                container[:] = contents
+            else:
+                container.clear()
+                container.update(contents)
+
+
 class _PreservedState:
     """Profiling runs layers several times: it must not advance the RNG (dropout, and the
-    model's own generators: see generators.py) or move BatchNorm's running statistics, or
-    training would differ from a run without remat."""
+    model's own generators: see generators.py), move BatchNorm's running statistics, or leave
+    what a forward keeps on its modules (an MoE router's `self.aux_loss`, which the loss then
+    read from a graph that measuring never back-propagates), or training would differ from a
+    run without remat."""
 
     def __init__(self, modules: Iterable[nn.Module], devices: set[torch.device]) -> None:
         self._owners = _submodules(modules)
         self._cuda = sorted({d.index or 0 for d in devices if d.type == "cuda"})
 
     def __enter__(self) -> None:
+        self._attributes = [_Attributes(m) for m in self._owners]
         self._entries = _buffer_entries(self._owners)
         self._saved_buffers = [b.detach().clone() for _, _, b in self._entries]
         self._rng = torch.random.get_rng_state()
@@ -264,6 +300,8 @@ class _PreservedState:
         self._generators = GeneratorStates(self._owners).__enter__()  # the model's own ones
 
     def __exit__(self, *exc: Any) -> None:
+        for attributes in self._attributes:
+            attributes.put_back()
         for m, name, b in self._entries:
             m._buffers[name] = b
         _restore([b for _, _, b in self._entries], self._saved_buffers)

@@ -1,7 +1,8 @@
 """Models written here, in the styles users bring: per-block keyword arguments, masks and
 positions, tuple outputs, residuals and functions outside blocks, a block used twice, nested
 ModuleLists, BatchNorm, buffers changed in forward, objects passed every step, dropout from the
-model's own generators and from Python's and NumPy's. SHAPES names each with its inputs, for the
+model's own generators and from Python's and NumPy's, state a forward keeps on its modules (an
+MoE router's loss). SHAPES names each with its inputs, for the
 tests that compare auto_checkpoint with the unwrapped model."""
 
 from __future__ import annotations
@@ -393,6 +394,39 @@ class HostRandomModel(nn.Module):
         return x
 
 
+class RouterBlock(nn.Module):
+    """A mixture-of-experts layer that keeps its load-balancing loss on itself, and a list of
+    what it routed, for the model to read after the forward."""
+
+    def __init__(self, width: int, experts: int = 4) -> None:
+        super().__init__()
+        self.gate = nn.Linear(width, experts)
+        self.experts = nn.ModuleList(MLPBlock(width) for _ in range(experts))
+        self.routed: list[torch.Tensor] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weights = torch.softmax(self.gate(x), dim=-1)
+        self.aux_loss = (weights.mean(0) ** 2).sum() * weights.shape[-1]
+        self.routed.append(weights.argmax(-1))
+        return x + sum(w.unsqueeze(-1) * e(x) for w, e in zip(weights.unbind(-1), self.experts))
+
+
+class RouterModel(nn.Module):
+    def __init__(self, width: int = 32, depth: int = 4) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(RouterBlock(width) for _ in range(depth))
+        self.head = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            block.routed.clear()
+        for block in self.blocks:
+            x = block(x)
+        routed = sum(len(b.routed) for b in self.blocks)  # one per block call
+        aux = sum(b.aux_loss for b in self.blocks)
+        return self.head(x) * routed / len(self.blocks) + 0.01 * aux
+
+
 def _noisy_chain():
     return nn.Sequential(*(NoisyBlock(32) for _ in range(6)))
 
@@ -417,4 +451,5 @@ SHAPES = {
     "own_generators": (NoisyModel, lambda: (torch.randn(16, 32),), {}),
     "own_generators_chain": (_noisy_chain, lambda: (torch.randn(16, 32),), {}),
     "python_and_numpy_random": (HostRandomModel, lambda: (torch.randn(16, 32),), {}),
+    "state_kept_on_modules": (RouterModel, lambda: (torch.randn(16, 32),), {}),
 }
