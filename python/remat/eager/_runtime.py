@@ -265,6 +265,12 @@ class _Attributes:
             for v in self._values.values()
             if type(v) in (list, dict)
         ]
+        # Tensors outside autograd, which a forward may change in place (self.steps += 1).
+        self._tensors = [
+            (v, v.detach().clone())
+            for v in self._values.values()
+            if type(v) is torch.Tensor and not v.requires_grad
+        ]
 
     def put_back(self) -> None:
         attributes = vars(self._module)
@@ -278,6 +284,7 @@ class _Attributes:
             else:
                 container.clear()
                 container.update(contents)
+        _restore([t for t, _ in self._tensors], [saved for _, saved in self._tensors])
 
 
 class _PreservedState:

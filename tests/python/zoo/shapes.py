@@ -290,6 +290,22 @@ class EMAModel(nn.Module):
         return x
 
 
+class AttributeEMABlock(EMABlock):
+    """EMABlock's state kept as plain tensor attributes, not buffers."""
+
+    def __init__(self, width=32):
+        super().__init__(width)
+        for name in ("ema", "steps", "scale"):
+            value = self._buffers.pop(name)
+            setattr(self, name, value)
+
+
+class AttributeEMAModel(EMAModel):
+    def __init__(self, depth=6, width=32):
+        super().__init__(depth, width)
+        self.layers = nn.ModuleList(AttributeEMABlock(width) for _ in range(depth))
+
+
 def _ema_chain():
     """The same blocks in a stock nn.Sequential: planned as one chain with nested regions."""
     return nn.Sequential(*(EMABlock(32) for _ in range(6)))
@@ -447,6 +463,7 @@ SHAPES = {
     "batchnorm": (BatchNormNet, lambda: (torch.randn(4, 3, 12, 12),), {}),
     "buffers_changed_in_forward": (EMAModel, lambda: (torch.randn(16, 32),), {}),
     "buffers_changed_in_forward_chain": (_ema_chain, lambda: (torch.randn(16, 32),), {}),
+    "tensor_attributes_changed_in_forward": (AttributeEMAModel, lambda: (torch.randn(16, 32),), {}),
     "objects_every_step": (ObjectsEveryStep, lambda: (torch.randn(16, 32),), {}),
     "own_generators": (NoisyModel, lambda: (torch.randn(16, 32),), {}),
     "own_generators_chain": (_noisy_chain, lambda: (torch.randn(16, 32),), {}),

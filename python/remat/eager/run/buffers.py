@@ -1,5 +1,7 @@
 """Module buffers a forward changes (BatchNorm's running statistics, an EMA, a step counter),
-kept right under checkpointing (and, through generators.py, the model's own generators).
+kept right under checkpointing (and, through generators.py, the model's own generators). So
+are tensors a module keeps as plain attributes outside autograd (``self.ema = 0.9 * self.ema +
+...``, a recurrent state): they are state as buffers are, and a re-run reads them as well.
 
 torch.utils.checkpoint re-runs a region's forward in backward. Alone, that applies a buffer's
 update a second time, and from the already updated value: the state drifts from a run without
@@ -25,8 +27,26 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 
-from .._runtime import _buffer_entries, _submodules
+from .._runtime import _submodules
 from ..generators import GeneratorReplay
+
+# (where it is kept: the module's _buffers or its __dict__, module, name, tensor)
+_Entry = tuple[dict[str, Any], nn.Module, str, torch.Tensor]
+
+
+def _state_entries(modules: Sequence[nn.Module]) -> list[_Entry]:
+    """The modules' buffers, and the tensors they keep as plain attributes outside autograd
+    (one that requires grad is a graph's, as a router's loss: a re-run does not read it)."""
+    found: list[_Entry] = []
+    for m in modules:
+        found.extend((m._buffers, m, name, b) for name, b in m._buffers.items() if b is not None)
+        attributes = vars(m)
+        found.extend(
+            (attributes, m, name, value)
+            for name, value in attributes.items()
+            if type(value) is torch.Tensor and not value.requires_grad
+        )
+    return found
 
 
 class BufferLedger:
@@ -71,8 +91,9 @@ class BufferReplay:
         self._describe = describe
         self._ledger = ledger
         self._forwarded = False
-        # (module, name) -> the buffer's value as the forward found it (None: not copied)
-        self._before: dict[tuple[nn.Module, str], torch.Tensor | None] = {}
+        # (module, name) -> where it is kept, and its value as the forward found it (None: not
+        # copied)
+        self._before: dict[tuple[nn.Module, str], tuple[dict[str, Any], torch.Tensor | None]] = {}
 
     def run(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         # The model's own and the host's generators, replayed the same way.
@@ -87,22 +108,22 @@ class BufferReplay:
     # Copies are made outside any dispatch mode: under selective checkpointing the re-run's ops
     # are matched one by one against the forward's, and these copies are not among them.
     def _forward(self, function: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-        entries = _buffer_entries(self._modules)
+        entries = _state_entries(self._modules)
         if not entries:
             return function(*args, **kwargs)
-        versions = [b._version for _, _, b in entries]
+        versions = [b._version for _, _, _, b in entries]
         with _disable_current_modes():
             copies = {
                 index: b.detach().clone()
-                for index, (m, name, b) in enumerate(entries)
+                for index, (_, m, name, b) in enumerate(entries)
                 if not self._ledger.known(m) or self._ledger.changes(m, name)
             }
         out = function(*args, **kwargs)
         changed: dict[nn.Module, set[str]] = {}
         missed = []
         with _disable_current_modes():
-            for index, (m, name, b) in enumerate(entries):
-                now = m._buffers.get(name)
+            for index, (store, m, name, b) in enumerate(entries):
+                now = store.get(name)
                 copy = copies.get(index)
                 if copy is not None:
                     moved = now is not b or not _same(now, copy)
@@ -111,17 +132,18 @@ class BufferReplay:
                 if not moved:
                     continue
                 changed.setdefault(m, set()).add(name)
-                self._before[(m, name)] = copy
+                self._before[(m, name)] = (store, copy)
                 if copy is None:
                     missed.append(name)
         for m in self._modules:
             self._ledger.record(m, changed.get(m, set()))
         if missed:
             warnings.warn(
-                f"remat: {self._describe} changed its buffer(s) {', '.join(sorted(missed))} in "
-                "forward for the first time in this call: this call's re-run in backward reads "
-                "the changed value (later calls keep the value their forward read); the buffer "
-                "still ends as it would without checkpointing",
+                f"remat: {self._describe} changed its buffer(s) or tensor attribute(s) "
+                f"{', '.join(sorted(missed))} in forward for the first time in this call: this "
+                "call's re-run in backward reads the changed value, so its gradients can differ "
+                "from training without checkpointing (later calls keep the value their forward "
+                "read); the state still ends as it would without checkpointing",
                 RuntimeWarning,
                 stacklevel=2,
             )
@@ -132,9 +154,9 @@ class BufferReplay:
             return function(*args, **kwargs)
         current = {}
         with _disable_current_modes():
-            for (m, name), before in self._before.items():
-                now = m._buffers.get(name)
-                current[(m, name)] = (now, None if now is None else now.detach().clone())
+            for (m, name), (store, before) in self._before.items():
+                now = store.get(name)
+                current[(m, name)] = (store, now, None if now is None else now.detach().clone())
                 if before is None:
                     continue
                 if now is not None and now.shape == before.shape and now.dtype == before.dtype:
@@ -142,13 +164,13 @@ class BufferReplay:
                     # backward.
                     now.data.copy_(before)
                 else:
-                    m._buffers[name] = before.clone()
+                    store[name] = before.clone()
         try:
             return function(*args, **kwargs)
         finally:
             # A re-run may stop early (torch raises out of it once every saved tensor is back).
             with _disable_current_modes():
-                for (m, name), (tensor, value) in current.items():
-                    m._buffers[name] = tensor
+                for (_, name), (store, tensor, value) in current.items():
+                    store[name] = tensor
                     if tensor is not None and value is not None:
                         tensor.data.copy_(value)
