@@ -219,6 +219,13 @@ class StepSegments:
             return self.part_peak_bytes()
         return max(self._mode.peak, self._mode.kept_peak)
 
+    @contextlib.contextmanager
+    def remats_own(self) -> Iterator[None]:
+        """Runs inside that are remat's own (timing the copy bandwidth on 64 MiB buffers):
+        on the CPU not counted; on CUDA, whose allocator counts every byte, aside."""
+        with self.uncounted() if self._mode is not None else self.aside():
+            yield
+
     def held_bytes(self) -> int:
         """What the step holds now."""
         if self._allocator:
