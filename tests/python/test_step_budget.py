@@ -421,3 +421,23 @@ def test_a_cpu_count_that_cannot_see_an_inductor_graph_says_so(monkeypatch):
     loss = torch.compile(lambda logits: (logits * 2).sin().mean())
     with pytest.warns(RuntimeWarning, match="the check of this step's peak may be short"):
         train(model, lambda m: loss(m(torch.randn(8, 64))), steps=2)
+
+
+def test_an_optimizer_that_runs_the_model_in_its_step_is_named():
+    # LBFGS's step() runs a closure of forwards and backwards: measure() raised a TypeError
+    # from inside torch, and auto_checkpoint's steps went 17% over the budget with no word.
+    model, x, _, _, measured = _residual_case()
+    optimizer = torch.optim.LBFGS(model.parameters(), max_iter=2)
+    with pytest.raises(ValueError, match=r"optimizer: LBFGS.step\(\) takes a closure"):
+        rt.measure(copy.deepcopy(model), x, optimizer=optimizer)
+    rt.auto_checkpoint(model, memory_budget=measured.no_checkpoint_step_bytes)
+
+    def closure():
+        optimizer.zero_grad()
+        loss = model(x).sum()
+        loss.backward()
+        return loss
+
+    with pytest.warns(RuntimeWarning, match="runs the model inside its step"):
+        for _ in range(2):
+            optimizer.step(closure)

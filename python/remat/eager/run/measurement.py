@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -207,6 +208,12 @@ def measure_with_calls(
     """measure(), with the block calls a plan from its profile is made for (each with its
     module, signature and the positions of its arguments a region may move to the host).
     `granularity` "block": no block's ops are profiled, and the plans re-run whole blocks."""
+    if optimizer is not None and _needs_a_closure(optimizer):
+        raise ValueError(
+            f"optimizer: {type(optimizer).__name__}.step() takes a closure that runs the model, "
+            "which measure() cannot give it; measure without optimizer= (its state is then not "
+            "counted), or with the optimizer you will train with if its step takes no closure"
+        )
     chosen = find_blocks(model, blocks)
     # Planned as auto_checkpoint plans it (call by call, or a stock nn.Sequential as one chain
     # with nested regions), so the budgets reported are the ones it accepts.
@@ -335,6 +342,15 @@ def _optimizer_step(
             p.grad = grad
 
     return created, lambda: before.restore(again=False)
+
+
+def _needs_a_closure(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether the optimizer's step() must be given a closure (LBFGS)."""
+    try:
+        closure = inspect.signature(optimizer.step).parameters.get("closure")
+    except (TypeError, ValueError):  # no signature to read: taken as needing none
+        return False
+    return closure is not None and closure.default is inspect.Parameter.empty
 
 
 def _state_bytes(optimizer: torch.optim.Optimizer) -> int:

@@ -88,6 +88,7 @@ class StepBudget:
         self._trained: tuple[Any, ...] | None = None  # see _check_again_if_training_changed
         # Under a process group: keys whose figures call for a new plan, made when all agree.
         self._plan_again: set[Any] = set()
+        self._stepping = False  # inside an optimizer step of the model's parameters
         self._open: _Open | None = None
         self._parameters = {id(p) for p in model.parameters()}
         self._hooks = [
@@ -111,6 +112,14 @@ class StepBudget:
         blocks or is among the first steps of its plan."""
         if self.memory_budget == "auto":
             self.memory_budget = resolve_auto_budget(device)
+        if self._stepping:
+            self.warn(
+                "the optimizer runs the model inside its step (a closure, as LBFGS's step "
+                "does): memory_budget bounds a step of one forward, backward and optimizer step, "
+                "so the optimizer's own state and its forwards are not planned for, and the "
+                "step's peak may pass the budget. Use activation_budget=, or an optimizer whose "
+                "step() takes no closure"
+            )
         self._check_again_if_training_changed()
         if not measuring and self._checks_left.get(key, 0) <= 0:
             return
@@ -162,12 +171,16 @@ class StepBudget:
         return steps_known()
 
     def _before_optimizer(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
-        if self._open is not None and self._steps_model(optimizer):
+        if not self._steps_model(optimizer):
+            return
+        self._stepping = True
+        if self._open is not None:
             self._open.segments.optimizer_begins()
 
     def _after_optimizer(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
         if not self._steps_model(optimizer):
             return
+        self._stepping = False
         if all(o is not optimizer for o in self._optimizers):
             self._optimizers.append(optimizer)  # its state is held from the next step on
         if self._open is not None:
