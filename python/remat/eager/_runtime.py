@@ -236,6 +236,18 @@ def _restore(buffers: Sequence[torch.Tensor], saved: Sequence[torch.Tensor]) -> 
         buffer.data.copy_(value)
 
 
+def argument_modules(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[nn.Module]:
+    """The modules a call is given as arguments (and in lists, tuples and dicts among them):
+    their buffers are the call's state as its own module's are."""
+    found = []
+    for value in (*args, *kwargs.values()):
+        inner = value.values() if isinstance(value, dict) else value
+        for item in inner if isinstance(value, (list, tuple, dict)) else (value,):
+            if isinstance(item, nn.Module):
+                found.append(item)
+    return found
+
+
 def _submodules(tops: Iterable[nn.Module]) -> list[nn.Module]:
     """Every module under `tops`, each once."""
     return list(dict.fromkeys(m for top in tops for m in top.modules()))

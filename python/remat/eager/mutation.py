@@ -12,7 +12,8 @@ plain values, comparing by value nothing the user wrote (no `__eq__` runs). Two 
 the same object differ when a field was assigned, a container grew or shrank, or a tensor in it
 was replaced, resized or changed in place. Tensor arguments themselves are checked elsewhere
 (measuring refuses a block that changes its input in place); modules and functions are not
-looked into (a module's buffers are put back by BufferReplay).
+looked into (the buffers of a module given as an argument are replayed by BufferReplay, as the
+block's own are).
 """
 
 from __future__ import annotations

@@ -306,6 +306,37 @@ class AttributeEMAModel(EMAModel):
         self.layers = nn.ModuleList(AttributeEMABlock(width) for _ in range(depth))
 
 
+class RunningStats(nn.Module):
+    def __init__(self, width=32):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(width))
+
+
+class StatsBlock(nn.Module):
+    """Updates and reads the buffer of a module the model passes it, not one of its own."""
+
+    def __init__(self, width=32):
+        super().__init__()
+        self.mlp = MLPBlock(width)
+
+    def forward(self, x, stats):
+        with torch.no_grad():
+            stats.mean.mul_(0.9).add_(x.detach().mean(0), alpha=0.1)
+        return x + self.mlp(x - stats.mean)
+
+
+class StatsPassedIn(nn.Module):
+    def __init__(self, depth=4, width=32):
+        super().__init__()
+        self.stats = RunningStats(width)
+        self.layers = nn.ModuleList(StatsBlock(width) for _ in range(depth))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x, self.stats)
+        return x
+
+
 def _ema_chain():
     """The same blocks in a stock nn.Sequential: planned as one chain with nested regions."""
     return nn.Sequential(*(EMABlock(32) for _ in range(6)))
@@ -464,6 +495,7 @@ SHAPES = {
     "buffers_changed_in_forward": (EMAModel, lambda: (torch.randn(16, 32),), {}),
     "buffers_changed_in_forward_chain": (_ema_chain, lambda: (torch.randn(16, 32),), {}),
     "tensor_attributes_changed_in_forward": (AttributeEMAModel, lambda: (torch.randn(16, 32),), {}),
+    "buffers_of_a_module_passed_in": (StatsPassedIn, lambda: (torch.randn(16, 32),), {}),
     "objects_every_step": (ObjectsEveryStep, lambda: (torch.randn(16, 32),), {}),
     "own_generators": (NoisyModel, lambda: (torch.randn(16, 32),), {}),
     "own_generators_chain": (_noisy_chain, lambda: (torch.randn(16, 32),), {}),

@@ -11,7 +11,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ...saved_memory import storage_key
-from .._runtime import _tensors
+from .._runtime import _tensors, argument_modules
 from ..snapshots import CallSnapshot
 from .buffers import BufferReplay
 from .offload import OffloadedCall
@@ -56,7 +56,11 @@ class CallRunner:
             names, count = list(kwargs), len(args)  # not args: the closure would hold them
             # Under torch.compile, AOTAutograd applies a buffer's update once, in the forward.
             compiling = torch.compiler.is_compiling()
-            replay = None if compiling else BufferReplay([module], self.name(module))
+            replay = (
+                None
+                if compiling
+                else BufferReplay([module, *argument_modules(args, kwargs)], self.name(module))
+            )
 
             def region(*inputs: Any) -> Any:
                 call_args = inputs[:count]

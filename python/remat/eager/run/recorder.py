@@ -13,7 +13,7 @@ from torch import nn
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from ...saved_memory import is_persistent, storage_key, storage_of
-from .._runtime import _PreservedState, _synchronize, _tensors, clock
+from .._runtime import _PreservedState, _synchronize, _tensors, argument_modules, clock
 from ..measuring.blocks import RecordedCall
 from ..measuring.calls import CallWatch
 from ..measuring.ops import ModesCache, op_recorder, recorded_profile
@@ -114,7 +114,11 @@ class StepRecorder:
             # These runs only measure: the steps that follow the plan do not hold them.
             room = _room_to_profile(segments, held_before, modes)
             aside = segments.aside() if segments is not None else contextlib.nullcontext()
-            with aside, self.running.inside_block(), _PreservedState([module], devices):
+            with (
+                aside,
+                self.running.inside_block(),
+                _PreservedState([module, *argument_modules(args, kwargs)], devices),
+            ):
                 again, again_kwargs = snapshot.replayed(args, kwargs)
                 ops = modes.ops_of(
                     kind, original, again, again_kwargs, excluded, measured, recorded, True, room
