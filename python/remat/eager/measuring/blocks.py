@@ -12,8 +12,8 @@ as storages) and derives the chain from what was seen:
 - what a call saves beyond its inputs and that activation is its own saved bytes;
 - the last call's outputs are held until backward reaches the model's code after the blocks, as
   a final norm or a head keeps them (`Profile.output_held`), except those the model's code had
-  dropped when its forward returned (GPT-Neo's loop drops the attention weights each block
-  returns);
+  dropped when its forward returned while keeping another (GPT-Neo's loop drops the attention
+  weights each block returns);
 
 - so are a call's outputs that the model's code between calls saves for its backward (T5's
   encoder norm saves the last encoder block's output, a downsampling conv the previous stage's):
@@ -208,8 +208,9 @@ def chain_profile(
     """The per-call chain of a measured step (see the module's docstring). `held_outside`: the
     block outputs the model's code outside the blocks saved for backward in that step, as
     (call position, storage key). `dropped`: the last call's outputs that no longer lived when
-    the model's forward returned (GPT-Neo's attention weights, which its loop drops). They are
-    no activation of a region's; a block that saves them counts them among its saves."""
+    the model's forward returned while another did (GPT-Neo's attention weights, which its loop
+    drops). They are no activation of a region's; a block that saves them counts them among its
+    saves."""
     if not calls:
         raise ValueError("blocks: none of the blocks was called in the model's forward")
     shared = _shared(calls)
