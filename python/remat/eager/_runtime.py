@@ -253,10 +253,24 @@ def _submodules(tops: Iterable[nn.Module]) -> list[nn.Module]:
     return list(dict.fromkeys(m for top in tops for m in top.modules()))
 
 
-def _buffer_entries(owners: Iterable[nn.Module]) -> list[tuple[nn.Module, str, torch.Tensor]]:
-    """(owner, name, tensor) of each buffer: by owner and name, because a forward may assign a
-    buffer a new tensor rather than change it."""
-    return [(m, name, b) for m in owners for name, b in m._buffers.items() if b is not None]
+# (where it is kept: the module's _buffers or its __dict__, module, name, tensor)
+StateEntry = tuple[dict[str, Any], nn.Module, str, torch.Tensor]
+
+
+def state_entries(modules: Iterable[nn.Module]) -> list[StateEntry]:
+    """The modules' buffers, and the tensors they keep as plain attributes outside autograd
+    (one that requires grad is a graph's, as a router's loss: a re-run does not read it). By
+    owner and name, because a forward may assign a buffer a new tensor rather than change it."""
+    found: list[StateEntry] = []
+    for m in modules:
+        found.extend((m._buffers, m, name, b) for name, b in m._buffers.items() if b is not None)
+        attributes = vars(m)
+        found.extend(
+            (attributes, m, name, value)
+            for name, value in attributes.items()
+            if type(value) is torch.Tensor and not value.requires_grad
+        )
+    return found
 
 
 # What nn.Module keeps in a module's __dict__ (parameters, buffers, submodules, hooks): not put
@@ -277,12 +291,6 @@ class _Attributes:
             for v in self._values.values()
             if type(v) in (list, dict)
         ]
-        # Tensors outside autograd, which a forward may change in place (self.steps += 1).
-        self._tensors = [
-            (v, v.detach().clone())
-            for v in self._values.values()
-            if type(v) is torch.Tensor and not v.requires_grad
-        ]
 
     def put_back(self) -> None:
         attributes = vars(self._module)
@@ -296,7 +304,6 @@ class _Attributes:
             else:
                 container.clear()
                 container.update(contents)
-        _restore([t for t, _ in self._tensors], [saved for _, saved in self._tensors])
 
 
 class _PreservedState:
@@ -312,8 +319,9 @@ class _PreservedState:
 
     def __enter__(self) -> None:
         self._attributes = [_Attributes(m) for m in self._owners]
-        self._entries = _buffer_entries(self._owners)
-        self._saved_buffers = [b.detach().clone() for _, _, b in self._entries]
+        # Buffers, and tensors kept as attributes (a forward may change them in place).
+        self._entries = state_entries(self._owners)
+        self._saved_values = [t.detach().clone() for _, _, _, t in self._entries]
         self._rng = torch.random.get_rng_state()
         self._cuda_rng = [torch.cuda.get_rng_state(d) for d in self._cuda]
         self._generators = GeneratorStates(self._owners).__enter__()  # the model's own ones
@@ -321,9 +329,9 @@ class _PreservedState:
     def __exit__(self, *exc: Any) -> None:
         for attributes in self._attributes:
             attributes.put_back()
-        for m, name, b in self._entries:
-            m._buffers[name] = b
-        _restore([b for _, _, b in self._entries], self._saved_buffers)
+        for store, _, name, tensor in self._entries:
+            store[name] = tensor
+        _restore([tensor for _, _, _, tensor in self._entries], self._saved_values)
         torch.random.set_rng_state(self._rng)
         for device, state in zip(self._cuda, self._cuda_rng):
             torch.cuda.set_rng_state(state, device)

@@ -27,26 +27,8 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 
-from .._runtime import _submodules
+from .._runtime import _submodules, state_entries
 from ..generators import GeneratorReplay
-
-# (where it is kept: the module's _buffers or its __dict__, module, name, tensor)
-_Entry = tuple[dict[str, Any], nn.Module, str, torch.Tensor]
-
-
-def _state_entries(modules: Sequence[nn.Module]) -> list[_Entry]:
-    """The modules' buffers, and the tensors they keep as plain attributes outside autograd
-    (one that requires grad is a graph's, as a router's loss: a re-run does not read it)."""
-    found: list[_Entry] = []
-    for m in modules:
-        found.extend((m._buffers, m, name, b) for name, b in m._buffers.items() if b is not None)
-        attributes = vars(m)
-        found.extend(
-            (attributes, m, name, value)
-            for name, value in attributes.items()
-            if type(value) is torch.Tensor and not value.requires_grad
-        )
-    return found
 
 
 class BufferLedger:
@@ -108,7 +90,7 @@ class BufferReplay:
     # Copies are made outside any dispatch mode: under selective checkpointing the re-run's ops
     # are matched one by one against the forward's, and these copies are not among them.
     def _forward(self, function: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-        entries = _state_entries(self._modules)
+        entries = state_entries(self._modules)
         if not entries:
             return function(*args, **kwargs)
         versions = [b._version for _, _, _, b in entries]
